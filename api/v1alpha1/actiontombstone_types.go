@@ -21,70 +21,56 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// EDIT THIS FILE!  THIS IS SCAFFOLDING FOR YOU TO OWN!
-// NOTE: json tags are required.  Any new fields you add must have json tags for the fields to be serialized.
-
-// ActionTombstoneSpec defines the desired state of ActionTombstone
+// ActionTombstoneSpec is what outlives a collected or deleted ExternalAction (DESIGN rule 7): enough to replay
+// its outcome and to refuse a different payload under the same key, and nothing more.
 type ActionTombstoneSpec struct {
-	// INSERT ADDITIONAL SPEC FIELDS - desired state of cluster
-	// Important: Run "make" to regenerate code after modifying this file
-	// The following markers will use OpenAPI v3 schema to validate the value
-	// More info: https://book.kubebuilder.io/reference/markers/crd-validation.html
-
-	// foo is an example field of ActionTombstone. Edit actiontombstone_types.go to remove/update
+	// key is the idempotency key (namespace/name of the action).
+	// +kubebuilder:validation:MaxLength=512
+	Key string `json:"key"`
+	// fingerprint is the action's fingerprint.
+	// +kubebuilder:validation:MaxLength=80
+	Fingerprint string `json:"fingerprint"`
+	// phase is the action's phase when it went.
+	Phase Phase `json:"phase"`
+	// statusCode is the recorded response code, if any.
 	// +optional
-	Foo *string `json:"foo,omitempty"`
-}
-
-// ActionTombstoneStatus defines the observed state of ActionTombstone.
-type ActionTombstoneStatus struct {
-	// INSERT ADDITIONAL STATUS FIELD - define observed state of cluster
-	// Important: Run "make" to regenerate code after modifying this file
-
-	// For Kubernetes API conventions, see:
-	// https://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#typical-status-properties
-
-	// conditions represent the current state of the ActionTombstone resource.
-	// Each condition has a unique type and reflects the status of a specific aspect of the resource.
-	//
-	// Standard condition types include:
-	// - "Available": the resource is fully functional
-	// - "Progressing": the resource is being created or updated
-	// - "Degraded": the resource failed to reach or maintain its desired state
-	//
-	// The status of each condition is one of True, False, or Unknown.
-	// +listType=map
-	// +listMapKey=type
+	StatusCode int32 `json:"statusCode,omitempty"`
+	// completedAt is when the action finished, if it did.
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// uid is the UID of the object this tombstone stands for.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	UID string `json:"uid,omitempty"`
+	// expiresAt is the end of the replay horizon (tombstoneTTL after the object went); then the tombstone is collected.
+	ExpiresAt metav1.Time `json:"expiresAt"`
 }
 
 // +kubebuilder:object:root=true
-// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=xat,categories=actionledger
+// +kubebuilder:printcolumn:name="PHASE",type=string,JSONPath=`.spec.phase`
+// +kubebuilder:printcolumn:name="CODE",type=integer,JSONPath=`.spec.statusCode`
+// +kubebuilder:printcolumn:name="EXPIRES",type=date,JSONPath=`.spec.expiresAt`
 
-// ActionTombstone is the Schema for the actiontombstones API
+// ActionTombstone is the controller's record of a finished ExternalAction whose object is gone. Its name is the
+// action's name, in the action's namespace. It is written by the controller; do not edit it.
 type ActionTombstone struct {
 	metav1.TypeMeta `json:",inline"`
-
-	// metadata is a standard object metadata
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitzero"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec defines the desired state of ActionTombstone
+	// spec is the tombstone's content.
 	// +required
 	Spec ActionTombstoneSpec `json:"spec"`
-
-	// status defines the observed state of ActionTombstone
-	// +optional
-	Status ActionTombstoneStatus `json:"status,omitzero"`
 }
 
 // +kubebuilder:object:root=true
 
-// ActionTombstoneList contains a list of ActionTombstone
+// ActionTombstoneList contains a list of ActionTombstone.
 type ActionTombstoneList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitzero"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ActionTombstone `json:"items"`
 }
 

@@ -21,38 +21,331 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// EDIT THIS FILE!  THIS IS SCAFFOLDING FOR YOU TO OWN!
-// NOTE: json tags are required.  Any new fields you add must have json tags for the fields to be serialized.
+// Effect is the side-effect class of a destination endpoint (the catalog's "effect").
+// +kubebuilder:validation:Enum=Safe;Idempotent;Unsafe
+type Effect string
 
-// DestinationSpec defines the desired state of Destination
-type DestinationSpec struct {
-	// INSERT ADDITIONAL SPEC FIELDS - desired state of cluster
-	// Important: Run "make" to regenerate code after modifying this file
-	// The following markers will use OpenAPI v3 schema to validate the value
-	// More info: https://book.kubebuilder.io/reference/markers/crd-validation.html
+const (
+	// EffectSafe means the endpoint changes no state (RFC 9110 section 9.2.1).
+	EffectSafe Effect = "Safe"
+	// EffectIdempotent means repeating the request has the same effect as sending it once (RFC 9110 section 9.2.2).
+	EffectIdempotent Effect = "Idempotent"
+	// EffectUnsafe means a repeat may apply the effect again.
+	EffectUnsafe Effect = "Unsafe"
+)
 
-	// foo is an example field of Destination. Edit destination_types.go to remove/update
+// JitterMode selects how backoff delays are randomised.
+// +kubebuilder:validation:Enum=Full;None
+type JitterMode string
+
+const (
+	// JitterFull draws each delay uniformly from [0, backoff) ("full jitter"), never below Retry-After.
+	JitterFull JitterMode = "Full"
+	// JitterNone uses the capped exponential backoff as it is.
+	JitterNone JitterMode = "None"
+)
+
+// SecretKeySelector names one key of a Secret.
+type SecretKeySelector struct {
+	// name is the Secret's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// namespace is the Secret's namespace. It may be omitted: a Destination reads Secrets only in its own
+	// namespace and a ClusterDestination only in the controller's namespace; any other value is refused
+	// (condition Ready=False, reason SecretNotAllowed) and nothing is sent.
 	// +optional
-	Foo *string `json:"foo,omitempty"`
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+
+	// key is the data key within the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
 }
 
-// DestinationStatus defines the observed state of Destination.
+// SecretReference names a whole Secret (for example a kubernetes.io/tls or kubernetes.io/basic-auth Secret).
+type SecretReference struct {
+	// name is the Secret's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// namespace is the Secret's namespace; the same rule as SecretKeySelector.namespace applies.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// TLSConfig configures TLS towards the destination. Certificate verification is always on unless
+// insecureSkipVerify is set explicitly.
+type TLSConfig struct {
+	// caBundle is a Secret key holding PEM CA certificates that verify the destination's certificate.
+	// When omitted the system roots are used.
+	// +optional
+	CABundle *SecretKeySelector `json:"caBundle,omitempty"`
+
+	// clientCertificate is a kubernetes.io/tls Secret (keys tls.crt and tls.key) presented for mutual TLS.
+	// +optional
+	ClientCertificate *SecretReference `json:"clientCertificate,omitempty"`
+
+	// serverName overrides the name used for SNI and certificate verification.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServerName string `json:"serverName,omitempty"`
+
+	// insecureSkipVerify disables certificate verification. For tests only; defaults to false.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+}
+
+// HeaderFromSecret is one request header whose value comes from a Secret.
+type HeaderFromSecret struct {
+	// name is the HTTP header name, for example X-Api-Key.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	Name string `json:"name"`
+
+	// valueFrom is the Secret key that holds the header value.
+	// +required
+	ValueFrom SecretKeySelector `json:"valueFrom"`
+}
+
+// AuthConfig adds credentials to every request. Secret values never appear in status, events, logs or metrics.
+type AuthConfig struct {
+	// bearerToken sends "Authorization: Bearer <value>" with the value of this Secret key.
+	// +optional
+	BearerToken *SecretKeySelector `json:"bearerToken,omitempty"`
+
+	// basic sends HTTP basic authentication from a Secret with keys "username" and "password".
+	// +optional
+	Basic *SecretReference `json:"basic,omitempty"`
+
+	// headers are arbitrary headers whose values come from Secrets.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	Headers []HeaderFromSecret `json:"headers,omitempty"`
+}
+
+// IdempotencyConfig says how the idempotency key is sent and whether the destination honours it.
+type IdempotencyConfig struct {
+	// header is the request header that carries the idempotency key (IETF draft
+	// "The Idempotency-Key HTTP Header Field"). Defaults to Idempotency-Key.
+	// +optional
+	// +kubebuilder:default=Idempotency-Key
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	Header string `json:"header,omitempty"`
+
+	// supported states that the destination itself deduplicates on the key, so that re-sending after an
+	// uncertain outcome is safe (DESIGN rule 3). A 409 from such a destination means "still in progress".
+	// +optional
+	Supported bool `json:"supported,omitempty"`
+
+	// keyFormat is the key sent downstream. {namespace} and {name} are replaced by the ExternalAction's
+	// namespace and name. Defaults to "{namespace}/{name}". It never contains the object's UID, so a
+	// re-created object presents the same key.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	KeyFormat string `json:"keyFormat,omitempty"`
+}
+
+// ReconciliationCheck is the post-check asked when an attempt's outcome is uncertain (DESIGN rule 3).
+// The request is sent without a body; its answer is judged by two CEL expressions over
+// `response` = {statusCode: int, headers: map(string, string) with lower-case names, body: dyn (parsed JSON, or the text)}.
+type ReconciliationCheck struct {
+	// method of the post-check request. Only safe methods are allowed.
+	// +optional
+	// +kubebuilder:default=GET
+	// +kubebuilder:validation:Enum=GET;HEAD
+	Method string `json:"method,omitempty"`
+
+	// path is appended to the destination URL. {key}, {namespace} and {name} are replaced, URL-escaped.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	Path string `json:"path"`
+
+	// applied is a CEL expression; true means the action's effect is proven applied (-> Succeeded).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Applied string `json:"applied"`
+
+	// notApplied is a CEL expression; true means the effect is proven absent (-> a normal retry in the budget).
+	// When neither expression holds the check is inconclusive and is asked again later, up to maxChecks times,
+	// then the action becomes OutcomeUnknown.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	NotApplied string `json:"notApplied"`
+
+	// maxChecks bounds inconclusive post-checks for one uncertain attempt. Defaults to 5.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxChecks *int32 `json:"maxChecks,omitempty"`
+}
+
+// RetryPolicy bounds retries (DESIGN rule 5). On a Destination every unset field takes its default; on an
+// ExternalAction every unset field is inherited from the destination, and a set field may only tighten it
+// (fewer attempts, a shorter deadline, a longer or equal backoff, a subset of retryOnStatus).
+type RetryPolicy struct {
+	// maxAttempts is the total number of attempts including the first. Destination default: 5.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxAttempts *int32 `json:"maxAttempts,omitempty"`
+
+	// initialBackoff is the delay after the first failed attempt (a Go duration such as "1s"). Default 1s.
+	// +optional
+	InitialBackoff *metav1.Duration `json:"initialBackoff,omitempty"`
+
+	// maxBackoff caps the exponential backoff before jitter. Default 5m.
+	// +optional
+	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
+
+	// backoffMultiplier is the growth factor between consecutive delays, a decimal string >= 1 such as "2" or "1.5". Default "2".
+	// +optional
+	// +kubebuilder:validation:MaxLength=8
+	// +kubebuilder:validation:Pattern=`^[1-9][0-9]?(\.[0-9]{1,3})?$`
+	BackoffMultiplier string `json:"backoffMultiplier,omitempty"`
+
+	// jitter is Full (default: uniform in [0, backoff), never earlier than Retry-After) or None.
+	// +optional
+	Jitter JitterMode `json:"jitter,omitempty"`
+
+	// deadline is the overall time budget measured from the ExternalAction's creation. Default 1h.
+	// A retry that would start after it ends the action Exhausted at once.
+	// +optional
+	Deadline *metav1.Duration `json:"deadline,omitempty"`
+
+	// retryOnStatus lists the response codes that are retried. Default 408, 425, 429, 500, 502, 503, 504.
+	// 408, 425, 429 and 503 say the request was not processed and are retried directly; any other code in this
+	// list is retried directly only when repeating is safe, and is otherwise an uncertain outcome (DESIGN rule 4).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=set
+	RetryOnStatus []int32 `json:"retryOnStatus,omitempty"`
+}
+
+// RateLimit is a token bucket shared by every action that uses the destination, served fairly across namespaces.
+type RateLimit struct {
+	// requestsPerSecond is the sustained rate of requests (attempts and post-checks) sent to the destination.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	RequestsPerSecond int32 `json:"requestsPerSecond"`
+
+	// burst is the bucket size. Defaults to requestsPerSecond.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	Burst *int32 `json:"burst,omitempty"`
+}
+
+// RetryBudget limits retries to a fraction of recent first attempts plus a floor, as Finagle and Envoy do.
+// First attempts never wait on the retry budget.
+type RetryBudget struct {
+	// retryPercent is the share of first attempts in the window that may be retried, in percent. Default 20.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	RetryPercent *int32 `json:"retryPercent,omitempty"`
+
+	// minRetriesPerSecond is the floor of retries always allowed, per second. Default 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	MinRetriesPerSecond *int32 `json:"minRetriesPerSecond,omitempty"`
+
+	// window is the sliding window over which first attempts are counted. Default 10s.
+	// +optional
+	Window *metav1.Duration `json:"window,omitempty"`
+}
+
+// Retention says how long finished actions and their tombstones are kept (DESIGN rule 7).
+type Retention struct {
+	// ttlAfterFinished is how long a finished ExternalAction object is kept after completedAt. Default 24h.
+	// OutcomeUnknown actions are never collected before a person decides.
+	// +optional
+	TTLAfterFinished *metav1.Duration `json:"ttlAfterFinished,omitempty"`
+
+	// tombstoneTTL is how long the key stays bound to its fingerprint and outcome after the object is gone
+	// (the replay horizon). Default 720h (30 days). After it the same name is a new action.
+	// +optional
+	TombstoneTTL *metav1.Duration `json:"tombstoneTTL,omitempty"`
+}
+
+// DestinationSpec is an endpoint catalog entry: where actions are sent and under which rules.
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.caBundle) || self.url.startsWith('https://')",message="tls.caBundle needs an https:// url"
+type DestinationSpec struct {
+	// url is the base URL (http or https); each action's request.path is appended to it.
+	// +required
+	// +kubebuilder:validation:MinLength=8
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
+	URL string `json:"url"`
+
+	// timeout is the per-attempt timeout (a Go duration). Default 30s. A send still running after it is an
+	// uncertain outcome, never a failure.
+	// +optional
+	// +kubebuilder:default="30s"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// tls configures certificate verification and client certificates.
+	// +optional
+	TLS *TLSConfig `json:"tls,omitempty"`
+
+	// auth adds credentials from Secrets.
+	// +optional
+	Auth *AuthConfig `json:"auth,omitempty"`
+
+	// idempotency says how the key is sent and whether the destination deduplicates on it.
+	// +optional
+	Idempotency *IdempotencyConfig `json:"idempotency,omitempty"`
+
+	// effect is the side-effect class of the endpoint. When unset it follows the request method as RFC 9110
+	// section 9.2 defines it: GET, HEAD, OPTIONS Safe; PUT, DELETE Idempotent; POST, PATCH Unsafe.
+	// +optional
+	Effect Effect `json:"effect,omitempty"`
+
+	// reconciliation is the post-check asked when an outcome is uncertain and repeating is not safe.
+	// +optional
+	Reconciliation *ReconciliationCheck `json:"reconciliation,omitempty"`
+
+	// retryPolicy bounds retries of actions sent here.
+	// +optional
+	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
+
+	// rateLimit is shared by every action that uses this destination, fair across namespaces.
+	// +optional
+	RateLimit *RateLimit `json:"rateLimit,omitempty"`
+
+	// retryBudget limits retries relative to first attempts.
+	// +optional
+	RetryBudget *RetryBudget `json:"retryBudget,omitempty"`
+
+	// retention of finished actions and their tombstones.
+	// +optional
+	Retention *Retention `json:"retention,omitempty"`
+}
+
+// DestinationStatus is the observed state of a Destination.
 type DestinationStatus struct {
-	// INSERT ADDITIONAL STATUS FIELD - define observed state of cluster
-	// Important: Run "make" to regenerate code after modifying this file
+	// observedGeneration is the generation last validated.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// For Kubernetes API conventions, see:
-	// https://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#typical-status-properties
-
-	// conditions represent the current state of the Destination resource.
-	// Each condition has a unique type and reflects the status of a specific aspect of the resource.
-	//
-	// Standard condition types include:
-	// - "Available": the resource is fully functional
-	// - "Progressing": the resource is being created or updated
-	// - "Degraded": the resource failed to reach or maintain its desired state
-	//
-	// The status of each condition is one of True, False, or Unknown.
+	// conditions: Ready is True when the destination's Secrets and expressions are valid.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -61,36 +354,74 @@ type DestinationStatus struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=xdest,categories=actionledger
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`
+// +kubebuilder:printcolumn:name="EFFECT",type=string,JSONPath=`.spec.effect`
+// +kubebuilder:printcolumn:name="DEDUP",type=boolean,JSONPath=`.spec.idempotency.supported`
+// +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 
-// Destination is the Schema for the destinations API
+// Destination is a namespaced endpoint catalog entry that ExternalActions in the same namespace send to.
 type Destination struct {
 	metav1.TypeMeta `json:",inline"`
-
-	// metadata is a standard object metadata
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitzero"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec defines the desired state of Destination
+	// spec is the endpoint and its rules.
 	// +required
 	Spec DestinationSpec `json:"spec"`
 
-	// status defines the observed state of Destination
+	// status is the observed state.
 	// +optional
-	Status DestinationStatus `json:"status,omitzero"`
+	Status DestinationStatus `json:"status,omitempty"`
 }
 
 // +kubebuilder:object:root=true
 
-// DestinationList contains a list of Destination
+// DestinationList contains a list of Destination.
 type DestinationList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitzero"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Destination `json:"items"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=xcdest,categories=actionledger
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.spec.url`
+// +kubebuilder:printcolumn:name="EFFECT",type=string,JSONPath=`.spec.effect`
+// +kubebuilder:printcolumn:name="DEDUP",type=boolean,JSONPath=`.spec.idempotency.supported`
+// +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// ClusterDestination is a cluster-scoped, admin-owned endpoint catalog entry with the same spec as Destination.
+// Its Secrets are read only from the controller's namespace.
+type ClusterDestination struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the endpoint and its rules.
+	// +required
+	Spec DestinationSpec `json:"spec"`
+
+	// status is the observed state.
+	// +optional
+	Status DestinationStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ClusterDestinationList contains a list of ClusterDestination.
+type ClusterDestinationList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterDestination `json:"items"`
 }
 
 func init() {
 	SchemeBuilder.Register(func(s *runtime.Scheme) error {
-		s.AddKnownTypes(SchemeGroupVersion, &Destination{}, &DestinationList{})
+		s.AddKnownTypes(SchemeGroupVersion, &Destination{}, &DestinationList{}, &ClusterDestination{}, &ClusterDestinationList{})
 		return nil
 	})
 }

@@ -17,42 +17,259 @@ limitations under the License.
 package v1alpha1
 
 import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// EDIT THIS FILE!  THIS IS SCAFFOLDING FOR YOU TO OWN!
-// NOTE: json tags are required.  Any new fields you add must have json tags for the fields to be serialized.
-
-// ExternalActionSpec defines the desired state of ExternalAction
-type ExternalActionSpec struct {
-	// INSERT ADDITIONAL SPEC FIELDS - desired state of cluster
-	// Important: Run "make" to regenerate code after modifying this file
-	// The following markers will use OpenAPI v3 schema to validate the value
-	// More info: https://book.kubebuilder.io/reference/markers/crd-validation.html
-
-	// foo is an example field of ExternalAction. Edit externalaction_types.go to remove/update
+// DestinationReference names the Destination (same namespace) or ClusterDestination an action is sent to.
+type DestinationReference struct {
+	// kind is Destination (default) or ClusterDestination.
 	// +optional
-	Foo *string `json:"foo,omitempty"`
+	// +kubebuilder:default=Destination
+	// +kubebuilder:validation:Enum=Destination;ClusterDestination
+	Kind string `json:"kind,omitempty"`
+
+	// name of the Destination or ClusterDestination.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
 }
 
-// ExternalActionStatus defines the observed state of ExternalAction.
+// ActionRequest is the HTTP request an action sends, rebuilt identically for every attempt.
+type ActionRequest struct {
+	// method is the HTTP method. Default POST.
+	// +optional
+	// +kubebuilder:default=POST
+	// +kubebuilder:validation:Enum=GET;HEAD;OPTIONS;POST;PUT;PATCH;DELETE
+	Method string `json:"method,omitempty"`
+
+	// path is appended to the destination's url; it may carry a query string. Default "/".
+	// +optional
+	// +kubebuilder:default="/"
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^/[^\s]*$`
+	Path string `json:"path,omitempty"`
+
+	// headers are non-secret request headers (secrets belong in the destination's auth). Header names are
+	// case-insensitive; the idempotency header and Authorization cannot be set here.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 256 && !(k.lowerAscii() in ['authorization', 'idempotency-key', 'host', 'content-length']))",message="header names are at most 256 characters and may not be Authorization, Idempotency-Key, Host or Content-Length"
+	Headers map[string]string `json:"headers,omitempty"`
+
+	// body is any JSON value, sent as RFC 8785 canonical JSON with Content-Type application/json (unless
+	// headers set another). Its serialized size is capped at 64 KiB (MaxRequestBodyBytes); a larger body
+	// ends the action Failed with reason InvalidSpec before anything is sent.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	Body *apiextensionsv1.JSON `json:"body,omitempty"`
+}
+
+// ExternalActionSpec declares one business action. Its namespace/name is the idempotency key; destinationRef,
+// request and successWhen are its fingerprint and cannot change.
+// +kubebuilder:validation:XValidation:rule="has(self.successWhen) == has(oldSelf.successWhen)",message="spec.successWhen is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
+type ExternalActionSpec struct {
+	// destinationRef names where the action is sent. Immutable.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.destinationRef is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
+	DestinationRef DestinationReference `json:"destinationRef"`
+
+	// request is the HTTP request. Immutable.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.request is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
+	Request ActionRequest `json:"request"`
+
+	// successWhen is a CEL expression over `response` = {statusCode: int, headers: map(string, string) with
+	// lower-case names, body: dyn (parsed JSON, or the text)} that decides success. Default: a 2xx status.
+	// Immutable.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.successWhen is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
+	SuccessWhen string `json:"successWhen,omitempty"`
+
+	// retryPolicy may only tighten the destination's policy; a looser value is refused (phase Failed, reason InvalidSpec).
+	// +optional
+	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
+
+	// ttlSecondsAfterFinished overrides the destination's retention.ttlAfterFinished for this action, in seconds.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+}
+
+// Phase is the lifecycle position of an ExternalAction.
+// +kubebuilder:validation:Enum=Pending;InProgress;Succeeded;Failed;OutcomeUnknown;Exhausted;Conflict
+type Phase string
+
+const (
+	// PhasePending: accepted, nothing sent yet.
+	PhasePending Phase = "Pending"
+	// PhaseInProgress: an attempt is open or another is scheduled.
+	PhaseInProgress Phase = "InProgress"
+	// PhaseSucceeded: successWhen held; the response is the outcome.
+	PhaseSucceeded Phase = "Succeeded"
+	// PhaseFailed: a business rejection (not retryable) or an invalid spec; the response, if any, is the outcome.
+	PhaseFailed Phase = "Failed"
+	// PhaseOutcomeUnknown: a send may have been applied and nothing can prove it either way; waits for a person.
+	PhaseOutcomeUnknown Phase = "OutcomeUnknown"
+	// PhaseExhausted: attempts, retry budget or deadline ran out (the dead-letter disposition).
+	PhaseExhausted Phase = "Exhausted"
+	// PhaseConflict: the key is already bound to a different fingerprint (live object or tombstone).
+	PhaseConflict Phase = "Conflict"
+)
+
+// Terminal reports whether no further attempt will be made without a person's decision.
+func (p Phase) Terminal() bool {
+	switch p {
+	case PhaseSucceeded, PhaseFailed, PhaseOutcomeUnknown, PhaseExhausted, PhaseConflict:
+		return true
+	}
+	return false
+}
+
+// AttemptClaim is an open attempt: written (DESIGN rule 1) before the request is sent, cleared when its outcome is recorded.
+type AttemptClaim struct {
+	// attempt is the attempt number this claim covers (1-based).
+	Attempt int32 `json:"attempt"`
+	// holder identifies the manager process that sent it (pod or host name plus a per-process nonce).
+	// +kubebuilder:validation:MaxLength=253
+	Holder string `json:"holder"`
+	// startedAt is when the claim was written (RFC 3339).
+	StartedAt metav1.Time `json:"startedAt"`
+	// expiresAt is the absolute claim expiry: attempt timeout plus a margin, never zero. After it the outcome
+	// is uncertain (DESIGN rule 3); before it no other holder touches the attempt.
+	ExpiresAt metav1.Time `json:"expiresAt"`
+	// postChecks counts post-check requests made for this uncertain attempt.
+	// +optional
+	PostChecks int32 `json:"postChecks,omitempty"`
+}
+
+// AttemptRecord is one finished attempt in status.attemptHistory.
+type AttemptRecord struct {
+	// number is the attempt number (1-based).
+	Number int32 `json:"number"`
+	// startedAt is when the attempt was claimed.
+	StartedAt metav1.Time `json:"startedAt"`
+	// finishedAt is when its outcome was known.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// result is the attempt's class: Success, Rejected, Retryable, InProgress, NotSent, Uncertain, Replayed,
+	// Applied/NotApplied (post-check), or a person's decision.
+	// +kubebuilder:validation:MaxLength=64
+	Result string `json:"result"`
+	// statusCode is the HTTP status, when a response arrived.
+	// +optional
+	StatusCode int32 `json:"statusCode,omitempty"`
+	// errorClass is the transport failure class (DNS, Dial, TLSHandshake, Timeout, ConnectionReset, ...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ErrorClass string `json:"errorClass,omitempty"`
+	// retryAfter is the Retry-After the destination asked for, as received.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	RetryAfter string `json:"retryAfter,omitempty"`
+}
+
+// ResponseRecord is the recorded outcome of the deciding attempt.
+type ResponseRecord struct {
+	// statusCode is the HTTP status code.
+	StatusCode int32 `json:"statusCode"`
+	// headers are the selected response headers: Location, Content-Type, Idempotent-Replayed, Retry-After.
+	// +optional
+	Headers map[string]string `json:"headers,omitempty"`
+	// body is the response body as text, capped at 4096 bytes (MaxResponseBodyBytes).
+	// +optional
+	Body string `json:"body,omitempty"`
+	// bodyTruncated is true when body was cut at the cap.
+	// +optional
+	BodyTruncated bool `json:"bodyTruncated,omitempty"`
+	// bodySHA256 is "sha256:" + hex of the whole body as received, always set.
+	// +optional
+	BodySHA256 string `json:"bodySHA256,omitempty"`
+}
+
+// ReplaySource says the outcome was taken from a tombstone instead of a send (DESIGN rule 7).
+type ReplaySource struct {
+	// uid is the UID of the earlier object whose outcome is replayed.
+	// +optional
+	UID string `json:"uid,omitempty"`
+	// completedAt is when the earlier object finished.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// phase is the earlier object's terminal phase.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+}
+
+// Resolution is a person's decision on an OutcomeUnknown or Exhausted action.
+type Resolution struct {
+	// decision is applied, not-applied or retry.
+	Decision string `json:"decision"`
+	// reason is the text of the annotation actions.actionledger.dev/resolve-reason, if any.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// at is when the controller recorded the decision.
+	At metav1.Time `json:"at"`
+}
+
+// ExternalActionStatus is the ledger of an action: what was claimed, sent and recorded.
 type ExternalActionStatus struct {
-	// INSERT ADDITIONAL STATUS FIELD - define observed state of cluster
-	// Important: Run "make" to regenerate code after modifying this file
-
-	// For Kubernetes API conventions, see:
-	// https://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#typical-status-properties
-
-	// conditions represent the current state of the ExternalAction resource.
-	// Each condition has a unique type and reflects the status of a specific aspect of the resource.
-	//
-	// Standard condition types include:
-	// - "Available": the resource is fully functional
-	// - "Progressing": the resource is being created or updated
-	// - "Degraded": the resource failed to reach or maintain its desired state
-	//
-	// The status of each condition is one of True, False, or Unknown.
+	// observedGeneration is the metadata.generation this status reflects.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// phase is the lifecycle position.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// idempotencyKey is the key sent downstream (default namespace/name).
+	// +optional
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+	// fingerprint is "sha256:" + hex of the RFC 8785 canonical JSON of {destinationRef, request, successWhen},
+	// bound to the key at the first claim.
+	// +optional
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// attempts is the number of attempts claimed so far.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// manualRetries counts "retry" decisions by people; each one allows one attempt beyond retryPolicy.maxAttempts.
+	// +optional
+	ManualRetries int32 `json:"manualRetries,omitempty"`
+	// attemptHistory holds the last 10 finished attempts, oldest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	// +listType=atomic
+	AttemptHistory []AttemptRecord `json:"attemptHistory,omitempty"`
+	// claim is the open attempt, if any.
+	// +optional
+	Claim *AttemptClaim `json:"claim,omitempty"`
+	// nextAttemptAt is the earliest time the next attempt may be sent; nothing is sent before it.
+	// +optional
+	NextAttemptAt *metav1.Time `json:"nextAttemptAt,omitempty"`
+	// deadline is the absolute overall deadline (creation + retryPolicy.deadline).
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
+	// completedAt is when the action reached a terminal phase, by the controller's clock.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// expiresAt is when the finished object is garbage-collected (completedAt + retention); unset for OutcomeUnknown.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	// replayedFrom is set when the outcome came from a tombstone instead of a send.
+	// +optional
+	ReplayedFrom *ReplaySource `json:"replayedFrom,omitempty"`
+	// response is the recorded outcome.
+	// +optional
+	Response *ResponseRecord `json:"response,omitempty"`
+	// resolution is a person's decision, when one was made.
+	// +optional
+	Resolution *Resolution `json:"resolution,omitempty"`
+	// lastError is the last failure in short form (error class or status, and reason); never a secret.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LastError string `json:"lastError,omitempty"`
+	// conditions are Ready, Reconciling and Stalled, as kstatus, Flux and Argo CD read them.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -61,30 +278,38 @@ type ExternalActionStatus struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=xa,categories=actionledger
+// +kubebuilder:printcolumn:name="PHASE",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="CODE",type=integer,JSONPath=`.status.response.statusCode`
+// +kubebuilder:printcolumn:name="ATTEMPTS",type=integer,JSONPath=`.status.attempts`
+// +kubebuilder:printcolumn:name="NEXT",type=date,JSONPath=`.status.nextAttemptAt`
+// +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="DESTINATION",type=string,JSONPath=`.spec.destinationRef.name`,priority=1
+// +kubebuilder:printcolumn:name="ERROR",type=string,JSONPath=`.status.lastError`,priority=1
 
-// ExternalAction is the Schema for the externalactions API
+// ExternalAction is one external side effect (an HTTP call) that the controller performs at most once per
+// key: namespace/name is the idempotency key and the spec's fingerprint binds it.
 type ExternalAction struct {
 	metav1.TypeMeta `json:",inline"`
-
-	// metadata is a standard object metadata
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitzero"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec defines the desired state of ExternalAction
+	// spec declares the action.
 	// +required
 	Spec ExternalActionSpec `json:"spec"`
 
-	// status defines the observed state of ExternalAction
+	// status is the ledger.
 	// +optional
-	Status ExternalActionStatus `json:"status,omitzero"`
+	Status ExternalActionStatus `json:"status,omitempty"`
 }
 
 // +kubebuilder:object:root=true
 
-// ExternalActionList contains a list of ExternalAction
+// ExternalActionList contains a list of ExternalAction.
 type ExternalActionList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitzero"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ExternalAction `json:"items"`
 }
 

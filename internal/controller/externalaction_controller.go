@@ -14,50 +14,451 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
+// Package controller holds the reconcilers: thin glue that reads an object, asks the ledger state machine
+// what to do, writes status (claims as an optimistic-concurrency Update, DESIGN rule 1), sends, records and
+// requeues from the schedule stored in status.
 package controller
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/expr"
+	"github.com/actionledger/actionledger/internal/fingerprint"
+	"github.com/actionledger/actionledger/internal/httpexec"
+	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/limiter"
+	"github.com/actionledger/actionledger/internal/metrics"
 )
 
-// ExternalActionReconciler reconciles a ExternalAction object
+// ExternalActionReconciler reconciles ExternalAction objects.
 type ExternalActionReconciler struct {
 	client.Client
-	Scheme *runtime.Scheme
+	// APIReader reads from the API server directly (tombstones, Secrets, fresh copies after a conflict).
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  recorder.EventRecorder
+	Clock     clock.PassiveClock
+	Executor  httpexec.Executor
+	Limiter   *limiter.Registry
+	Exprs     *expr.Cache
+	// Holder identifies this manager process in claims: host or pod name plus a per-process nonce.
+	Holder string
+	// ControllerNamespace is where ClusterDestinations read their Secrets.
+	ControllerNamespace string
+	// ClaimMargin is added to a destination's timeout to form a claim's expiry. Default 5s.
+	ClaimMargin time.Duration
+	// MaxConcurrentReconciles bounds parallel reconciles (and so parallel sends).
+	MaxConcurrentReconciles int
+	// Rand returns a number in [0, 1) for jitter; nil uses math/rand/v2.
+	Rand func() float64
+	// SkipNameValidation allows several managers in one process (tests).
+	SkipNameValidation bool
+
+	// pending holds outcomes whose status write failed (DESIGN rule 2): retried before anything else, never re-sent.
+	pending sync.Map // types.NamespacedName -> *pendingOutcome
 }
 
-// +kubebuilder:rbac:groups=actions.actionledger.dev,resources=externalactions,verbs=get;list;watch;create;update;patch;delete
+type pendingOutcome struct {
+	attempt int32
+	outcome ledger.Outcome
+	env     ledger.Env
+}
+
+// +kubebuilder:rbac:groups=actions.actionledger.dev,resources=externalactions,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=externalactions/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=externalactions/finalizers,verbs=update
+// +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations;clusterdestinations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=actions.actionledger.dev,resources=actiontombstones,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
-// Reconcile is part of the main kubernetes reconciliation loop which aims to
-// move the current state of the cluster closer to the desired state.
-// TODO(user): Modify the Reconcile function to compare the state specified by
-// the ExternalAction object against the actual cluster state, and then
-// perform operations to make the cluster state reflect the state specified by
-// the user.
-//
-// For more details, check Reconcile and its Result here:
-// - https://pkg.go.dev/sigs.k8s.io/controller-runtime@v0.25.0/pkg/reconcile
+// Reconcile moves one ExternalAction forward by at most one attempt.
 func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	_ = logf.FromContext(ctx)
+	start := r.Clock.Now()
+	defer func() { metrics.ReconciliationDuration.Observe(r.Clock.Since(start).Seconds()) }()
 
-	// TODO(user): your logic here
+	xa := &actionsv1alpha1.ExternalAction{}
+	if err := r.Get(ctx, req.NamespacedName, xa); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	logger := log.FromContext(ctx).WithValues("externalaction", klog.KObj(xa))
+	ctx = log.IntoContext(ctx, logger)
 
+	// DESIGN rule 2: an outcome we hold but could not write comes first; nothing else is decided before it.
+	if v, ok := r.pending.Load(req.NamespacedName); ok {
+		p := v.(*pendingOutcome)
+		if err := r.record(ctx, xa, p.attempt, p.outcome, p.env); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	}
+
+	if !xa.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, xa)
+	}
+	if !controllerutil.ContainsFinalizer(xa, actionsv1alpha1.Finalizer) {
+		controllerutil.AddFinalizer(xa, actionsv1alpha1.Finalizer)
+		if err := r.Update(ctx, xa); err != nil {
+			return ctrl.Result{}, ignoreConflict(err)
+		}
+	}
+
+	if xa.Status.Phase.Terminal() {
+		return r.reconcileTerminal(ctx, xa)
+	}
+	return r.reconcileActive(ctx, xa)
+}
+
+// reconcileActive handles Pending and InProgress actions: validate, bind the fingerprint, then advance.
+func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
+	now := r.Clock.Now()
+	env := ledger.Env{Now: now, Holder: r.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.ClaimMargin}
+
+	fp, err := fingerprint.Compute(&xa.Spec)
+	if err != nil {
+		return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), env), "")
+	}
+	// DESIGN rule 6: the key is bound to the fingerprint stored at the first claim.
+	if xa.Status.Fingerprint != "" && xa.Status.Fingerprint != fp && xa.Status.Claim == nil {
+		metrics.FingerprintConflicts.Inc()
+		return r.apply(ctx, xa, ledger.Conflict(&xa.Status, conflictMessage(xa, xa.Status.Fingerprint, fp, "this object's first attempt"), env), "")
+	}
+
+	dest, err := r.resolveDestination(ctx, xa)
+	if err != nil {
+		return r.waitOnDestination(ctx, xa, err, env)
+	}
+	policy, deadlineDur, err := tighten(dest.Policy, dest.DeadlineDur, xa.Spec.RetryPolicy)
+	if err != nil {
+		return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), env), dest.ID)
+	}
+	if _, err := r.successProgram(xa); err != nil {
+		return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), env), dest.ID)
+	}
+	body, err := requestBody(xa)
+	if err != nil {
+		return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), env), dest.ID)
+	}
+	env = r.envFor(xa, dest, policy, deadlineDur, now)
+	key := idempotencyKey(dest.Spec, xa.Namespace, xa.Name)
+
+	if xa.Status.Fingerprint == "" {
+		// First sight of this key: a tombstone binds it beyond the object's life (DESIGN rule 7).
+		if step, done, err := r.checkTombstone(ctx, xa, key, fp, env); err != nil || done {
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			return r.apply(ctx, xa, step, dest.ID)
+		}
+		xa.Status = *ledger.Begin(&xa.Status, key, fp, env)
+	}
+
+	step := ledger.Advance(&xa.Status, env)
+	switch step.Kind {
+	case ledger.KindSend:
+		return r.claimAndSend(ctx, xa, dest, step, body, env)
+	case ledger.KindPostCheck:
+		return r.postCheck(ctx, xa, dest, step, env)
+	default:
+		return r.apply(ctx, xa, step, dest.ID)
+	}
+}
+
+// claimAndSend takes a token from the destination's limits, writes the claim (DESIGN rule 1) and only then sends.
+func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
+	step ledger.Step, body []byte, env ledger.Env) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	attempt := step.Status.Claim.Attempt
+	key := xa.Namespace + "/" + xa.Name
+	ok, wait, reason := r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, key, attempt == 1, env.Now)
+	if !ok {
+		metrics.Delayed.WithLabelValues(dest.ID, string(reason)).Inc()
+		until := env.Now.Add(wait)
+		msg := fmt.Sprintf("waiting for destination %s (%s) until %s", dest.ID, reason, until.UTC().Format(time.RFC3339Nano))
+		return r.apply(ctx, xa, ledger.Delayed(&xa.Status, string(reason), msg, until, env), dest.ID)
+	}
+
+	claimed := xa.DeepCopy()
+	claimed.Status = *step.Status
+	if err := r.Status().Update(ctx, claimed); err != nil {
+		// A Conflict means the decision was based on a stale copy (C01) or another holder moved first: send nothing.
+		if apierrors.IsConflict(err) {
+			logger.V(1).Info("claim lost to a newer version; nothing sent", "attempt", attempt)
+			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("writing the claim of attempt %d: %w", attempt, err)
+	}
+	if attempt > 1 {
+		metrics.Retries.WithLabelValues(dest.ID).Inc()
+	}
+	logger.V(1).Info("claimed; sending", "attempt", attempt, "destination", dest.ID)
+
+	outcome := r.send(ctx, claimed, dest, body, env)
+	metrics.Attempts.WithLabelValues(dest.ID, string(outcome.Class)).Inc()
+	if outcome.RetryAfter != "" && (outcome.StatusCode == 429 || outcome.StatusCode == 503) {
+		if d, ok := retryAfterDelay(outcome.RetryAfter, outcome.FinishedAt); ok {
+			r.Limiter.Pause(dest.ID, outcome.FinishedAt.Add(d))
+		}
+	}
+	env.Now = outcome.FinishedAt
+	if err := r.record(ctx, claimed, attempt, outcome, env); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+}
+
+// record writes the outcome of attempt (DESIGN rule 2): re-reading on conflict, retrying the write, and keeping
+// the outcome in memory when the API server is unavailable. It never sends.
+func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alpha1.ExternalAction, attempt int32,
+	outcome ledger.Outcome, env ledger.Env) error {
+	logger := log.FromContext(ctx)
+	nn := types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}
+	backoff := 50 * time.Millisecond
+	for try := 0; ; try++ {
+		step, ok := ledger.Record(&cur.Status, attempt, outcome, env)
+		if !ok {
+			r.pending.Delete(nn)
+			logger.Info("outcome dropped: the attempt is no longer open (resolved elsewhere)", "attempt", attempt, "result", outcome.Class)
+			return nil
+		}
+		upd := cur.DeepCopy()
+		upd.Status = *step.Status
+		err := r.Status().Update(ctx, upd)
+		if err == nil {
+			r.pending.Delete(nn)
+			r.afterWrite(upd, step, "")
+			return nil
+		}
+		if apierrors.IsNotFound(err) {
+			r.pending.Delete(nn)
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			if try >= 8 {
+				r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env})
+				return fmt.Errorf("recording the outcome of attempt %d (kept in memory, will retry the write): %w", attempt, err)
+			}
+			select {
+			case <-ctx.Done():
+				r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env})
+				return ctx.Err()
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+		}
+		fresh := &actionsv1alpha1.ExternalAction{}
+		if gerr := r.APIReader.Get(ctx, nn, fresh); gerr != nil {
+			if apierrors.IsNotFound(gerr) {
+				r.pending.Delete(nn)
+				return nil
+			}
+			r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env})
+			return fmt.Errorf("re-reading after a failed outcome write (kept in memory): %w", gerr)
+		}
+		cur = fresh
+	}
+}
+
+// reconcileTerminal handles decisions by people and garbage collection of finished actions.
+func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
+	now := r.Clock.Now()
+	if decision, ok := xa.Annotations[actionsv1alpha1.AnnotationResolve]; ok {
+		return r.resolve(ctx, xa, decision, now)
+	}
+	if xa.Status.ExpiresAt != nil && xa.Status.Phase != actionsv1alpha1.PhaseOutcomeUnknown {
+		if left := xa.Status.ExpiresAt.Sub(now); left > 0 {
+			return ctrl.Result{RequeueAfter: left}, nil
+		}
+		return r.collect(ctx, xa)
+	}
 	return ctrl.Result{}, nil
+}
+
+// resolve applies the resolve annotation, records the decision, then clears the annotation.
+func (r *ExternalActionReconciler) resolve(ctx context.Context, xa *actionsv1alpha1.ExternalAction, decision string, now time.Time) (ctrl.Result, error) {
+	env := ledger.Env{Now: now, Holder: r.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.ClaimMargin}
+	destID := ""
+	if dest, err := r.resolveDestination(ctx, xa); err == nil {
+		policy, dl, _ := tighten(dest.Policy, dest.DeadlineDur, xa.Spec.RetryPolicy)
+		env = r.envFor(xa, dest, policy, dl, now)
+		destID = dest.ID
+	}
+	step, err := ledger.Resolve(&xa.Status, decision, xa.Annotations[actionsv1alpha1.AnnotationResolveReason], env)
+	if err != nil {
+		r.Recorder.Eventf(xa, nil, corev1.EventTypeWarning, "InvalidDecision", "Resolve", "ignored %s=%q: %v", actionsv1alpha1.AnnotationResolve, decision, err)
+	} else {
+		upd := xa.DeepCopy()
+		upd.Status = *step.Status
+		if err := r.Status().Update(ctx, upd); err != nil {
+			return ctrl.Result{}, ignoreConflict(err)
+		}
+		metrics.ManualResolutions.WithLabelValues(decision).Inc()
+		r.afterWrite(upd, step, destID)
+		xa = upd
+	}
+	patch := client.MergeFrom(xa.DeepCopy())
+	delete(xa.Annotations, actionsv1alpha1.AnnotationResolve)
+	delete(xa.Annotations, actionsv1alpha1.AnnotationResolveReason)
+	if err := r.Patch(ctx, xa, patch); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+}
+
+// apply writes step.Status (if any) with the resourceVersion it was decided on, emits its event, and
+// requeues from the schedule.
+func (r *ExternalActionReconciler) apply(ctx context.Context, xa *actionsv1alpha1.ExternalAction, step ledger.Step, destID string) (ctrl.Result, error) {
+	if step.Status != nil {
+		upd := xa.DeepCopy()
+		upd.Status = *step.Status
+		if err := r.Status().Update(ctx, upd); err != nil {
+			return ctrl.Result{}, ignoreConflict(err)
+		}
+		r.afterWrite(upd, step, destID)
+	} else if step.Event != nil {
+		r.event(xa, step.Event)
+	}
+	if step.At.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{RequeueAfter: max(step.At.Sub(r.Clock.Now()), time.Millisecond)}, nil
+}
+
+// afterWrite emits the step's event and terminal metrics once the status write succeeded.
+func (r *ExternalActionReconciler) afterWrite(xa *actionsv1alpha1.ExternalAction, step ledger.Step, destID string) {
+	if step.Event != nil {
+		r.event(xa, step.Event)
+	}
+	if step.Status == nil || !step.Status.Phase.Terminal() {
+		return
+	}
+	r.Limiter.Forget(destinationID(xa), xa.Namespace+"/"+xa.Name)
+	metrics.ActionDuration.WithLabelValues(string(step.Status.Phase)).Observe(r.Clock.Since(xa.CreationTimestamp.Time).Seconds())
+	if step.Status.Phase == actionsv1alpha1.PhaseExhausted && destID != "" {
+		metrics.Exhausted.WithLabelValues(destID).Inc()
+	}
+}
+
+func (r *ExternalActionReconciler) event(xa *actionsv1alpha1.ExternalAction, e *ledger.Event) {
+	t := corev1.EventTypeNormal
+	if e.Warning {
+		t = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(xa, nil, t, e.Reason, "Reconcile", "%s", e.Message)
+}
+
+// waitOnDestination records why the destination cannot be used and looks again later.
+func (r *ExternalActionReconciler) waitOnDestination(ctx context.Context, xa *actionsv1alpha1.ExternalAction, err error, env ledger.Env) (ctrl.Result, error) {
+	reason := actionsv1alpha1.ReasonDestinationNotReady
+	if errors.Is(err, errSecretNotAllowed) {
+		reason = actionsv1alpha1.ReasonSecretNotAllowed
+	}
+	until := env.Now.Add(15 * time.Second)
+	step := ledger.Delayed(&xa.Status, reason, err.Error(), until, env)
+	if step.Status != nil {
+		step.Event = &ledger.Event{Warning: true, Reason: reason, Message: err.Error()}
+	}
+	return r.apply(ctx, xa, step, "")
+}
+
+func (r *ExternalActionReconciler) envFor(xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
+	policy retryPolicy, deadline time.Duration, now time.Time) ledger.Env {
+	env := ledger.Env{
+		Now: now, Holder: r.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.ClaimMargin,
+		Policy: policy, AttemptTimeout: dest.Timeout,
+		RepeatSafe: repeatSafe(dest, xa), KeySupported: dest.KeySupported, PostCheck: dest.Spec.Reconciliation != nil,
+		Retention: dest.Retention,
+	}
+	if xa.Status.Deadline != nil {
+		env.Policy.Deadline = xa.Status.Deadline.Time
+	} else {
+		env.Policy.Deadline = ledger.EffectiveDeadline(xa.CreationTimestamp.Time, deadline)
+	}
+	if rc := dest.Spec.Reconciliation; rc != nil && rc.MaxChecks != nil {
+		env.MaxPostChecks = *rc.MaxChecks
+	}
+	if xa.Spec.TTLSecondsAfterFinished != nil {
+		env.Retention = time.Duration(*xa.Spec.TTLSecondsAfterFinished) * time.Second
+	}
+	return env
+}
+
+func (r *ExternalActionReconciler) rand() func() float64 {
+	if r.Rand != nil {
+		return r.Rand
+	}
+	return rand.Float64
+}
+
+func (r *ExternalActionReconciler) successProgram(xa *actionsv1alpha1.ExternalAction) (*expr.Program, error) {
+	if xa.Spec.SuccessWhen == "" {
+		return nil, nil
+	}
+	p, err := r.Exprs.Get(xa.Spec.SuccessWhen)
+	if err != nil {
+		return nil, fmt.Errorf("spec.successWhen: %w", err)
+	}
+	return p, nil
+}
+
+func conflictMessage(xa *actionsv1alpha1.ExternalAction, bound, got, where string) string {
+	return fmt.Sprintf("the key %s/%s is bound to fingerprint %s by %s, but this spec has fingerprint %s; nothing was sent. "+
+		"The name is the idempotency key: to perform a different action, create a new ExternalAction with a new name",
+		xa.Namespace, xa.Name, bound, where, got)
+}
+
+// destinationID is the limiter and metrics identity of the action's destination.
+func destinationID(xa *actionsv1alpha1.ExternalAction) string {
+	if xa.Spec.DestinationRef.Kind == "ClusterDestination" {
+		return "ClusterDestination/" + xa.Spec.DestinationRef.Name
+	}
+	return "Destination/" + xa.Namespace + "/" + xa.Spec.DestinationRef.Name
+}
+
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // SetupWithManager sets up the controller with the Manager.
 func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Exprs == nil {
+		r.Exprs = expr.NewCache(1024)
+	}
+	if r.Limiter == nil {
+		r.Limiter = limiter.NewRegistry()
+	}
+	if r.MaxConcurrentReconciles <= 0 {
+		r.MaxConcurrentReconciles = 16
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&actionsv1alpha1.ExternalAction{}).
 		Named("externalaction").
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, SkipNameValidation: &r.SkipNameValidation}).
 		Complete(r)
 }

@@ -1,0 +1,67 @@
+/*
+Copyright 2026.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+// Condition types, as kstatus, Flux and Argo CD read them.
+const (
+	// ConditionReady is True only in phase Succeeded.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while the action is Pending or InProgress.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True in Failed, Exhausted, OutcomeUnknown and Conflict: nothing more happens without a person.
+	ConditionStalled = "Stalled"
+)
+
+// Condition reasons (CamelCase, as Kubernetes API conventions ask).
+const (
+	ReasonPending                = "Pending"                // accepted, not yet claimed
+	ReasonAttemptInProgress      = "AttemptInProgress"      // a claim is open
+	ReasonRetryScheduled         = "RetryScheduled"         // waiting for nextAttemptAt
+	ReasonRateLimited            = "RateLimited"            // waiting for the destination's rate limit or Retry-After pause
+	ReasonRetryBudgetExhausted   = "RetryBudgetExhausted"   // waiting for the destination's retry budget
+	ReasonSucceeded              = "Succeeded"              // successWhen held
+	ReasonReplayed               = "Replayed"               // the outcome came from a tombstone
+	ReasonRejected               = "Rejected"               // business rejection by the destination
+	ReasonInvalidSpec            = "InvalidSpec"            // bad CEL, body too large, looser retry policy
+	ReasonDestinationNotReady    = "DestinationNotReady"    // destination missing or unusable
+	ReasonSecretNotAllowed       = "SecretNotAllowed"       // a Secret outside the allowed namespace was named
+	ReasonFingerprintConflict    = "FingerprintConflict"    // the key is bound to another fingerprint
+	ReasonOutcomeUnknown         = "OutcomeUnknown"         // uncertain and unprovable; waits for a person
+	ReasonPostCheckPending       = "PostCheckPending"       // asking the destination's post-check
+	ReasonAttemptsExhausted      = "AttemptsExhausted"      // maxAttempts reached
+	ReasonDeadlineExceeded       = "DeadlineExceeded"       // the overall deadline passed
+	ReasonRetryAfterPastDeadline = "RetryAfterPastDeadline" // the destination asked to wait past the deadline
+	ReasonResolved               = "Resolved"               // a person decided
+)
+
+// Annotations read by the controller.
+const (
+	// AnnotationResolve carries a person's decision on an OutcomeUnknown or Exhausted action:
+	// "applied", "not-applied" or "retry". The controller records it in status.resolution and removes it.
+	AnnotationResolve = "actions.actionledger.dev/resolve"
+	// AnnotationResolveReason optionally explains the decision; it is copied to status.resolution.reason.
+	AnnotationResolveReason = "actions.actionledger.dev/resolve-reason"
+	// Finalizer keeps deletion honest (DESIGN rule 8): the tombstone is written before it is removed.
+	Finalizer = "actions.actionledger.dev/ledger"
+)
+
+// Decisions accepted in AnnotationResolve.
+const (
+	DecisionApplied    = "applied"
+	DecisionNotApplied = "not-applied"
+	DecisionRetry      = "retry"
+)

@@ -1,0 +1,150 @@
+// Package app builds the actionledger manager: the reconcilers, their shared parts and the manager options.
+// cmd/main.go and the integration tests use the same constructor, so tests exercise what ships.
+package app
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/controller"
+	"github.com/actionledger/actionledger/internal/expr"
+	"github.com/actionledger/actionledger/internal/httpexec"
+	"github.com/actionledger/actionledger/internal/limiter"
+)
+
+// Scheme holds the Kubernetes core types and actionledger's API.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+	utilruntime.Must(actionsv1alpha1.AddToScheme(Scheme))
+}
+
+// Options configure a manager.
+type Options struct {
+	// MetricsAddr is the metrics bind address ("0" disables).
+	MetricsAddr string
+	// MetricsServerOptions overrides the metrics server entirely when non-nil.
+	MetricsServer *metricsserver.Options
+	// ProbeAddr is the health probe bind address ("0" disables).
+	ProbeAddr string
+	// LeaderElection enables leader election (default on in cmd/main.go).
+	LeaderElection bool
+	// LeaderElectionNamespace holds the Lease; empty uses the in-cluster namespace.
+	LeaderElectionNamespace string
+	// ControllerNamespace is where ClusterDestinations read Secrets.
+	ControllerNamespace string
+	// MaxConcurrentReconciles bounds parallel ExternalAction reconciles (and parallel sends).
+	MaxConcurrentReconciles int
+	// ClaimMargin is added to a destination's timeout to form a claim's expiry.
+	ClaimMargin time.Duration
+	// Holder overrides the claim holder identity (default: hostname + "_" + random nonce).
+	Holder string
+	// Clock overrides the clock (tests).
+	Clock clock.Clock
+	// Executor overrides the HTTP executor (tests).
+	Executor httpexec.Executor
+	// SkipNameValidation allows several managers in one process (tests only).
+	SkipNameValidation bool
+}
+
+// NewHolder returns "<hostname>_<8 random hex>": a new identity for each process start, so a restarted
+// process never mistakes an old claim for its own.
+func NewHolder() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "actionledger"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "_" + hex.EncodeToString(b[:])
+}
+
+// New builds a manager with every actionledger controller registered.
+func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	metrics := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsServer != nil {
+		metrics = *o.MetricsServer
+	}
+	if o.MetricsAddr == "" && o.MetricsServer == nil {
+		metrics.BindAddress = "0"
+	}
+	probe := o.ProbeAddr
+	if probe == "" {
+		probe = "0"
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        Scheme,
+		Metrics:                       metrics,
+		HealthProbeBindAddress:        probe,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              "actionledger.actions.actionledger.dev",
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{
+			// Keep managedFields out of the cache: they are most of an object's size and never read.
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
+		Client: client.Options{Cache: &client.CacheOptions{}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	clk := o.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	exec := o.Executor
+	if exec == nil {
+		exec = httpexec.New()
+	}
+	holder := o.Holder
+	if holder == "" {
+		holder = NewHolder()
+	}
+	if err := (&controller.ExternalActionReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Scheme:                  mgr.GetScheme(),
+		Recorder:                mgr.GetEventRecorder("actionledger"),
+		Clock:                   clk,
+		Executor:                exec,
+		Limiter:                 limiter.NewRegistry(),
+		Exprs:                   expr.NewCache(expr.DefaultCacheSize),
+		Holder:                  holder,
+		ControllerNamespace:     o.ControllerNamespace,
+		ClaimMargin:             o.ClaimMargin,
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		SkipNameValidation:      o.SkipNameValidation,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the ExternalAction controller: %w", err)
+	}
+	if err := (&controller.TombstoneReconciler{Client: mgr.GetClient(), Clock: clk, SkipNameValidation: o.SkipNameValidation}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the tombstone collector: %w", err)
+	}
+	if err := mgr.Add(&controller.GaugeUpdater{Client: mgr.GetClient(), Interval: 15 * time.Second}); err != nil {
+		return nil, fmt.Errorf("adding the gauge updater: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding ready check: %w", err)
+	}
+	return mgr, nil
+}

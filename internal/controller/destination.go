@@ -1,0 +1,354 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/httpexec"
+	"github.com/actionledger/actionledger/internal/limiter"
+	"github.com/actionledger/actionledger/internal/retry"
+)
+
+// Policy defaults (CONTRACT "retryPolicy", "retention").
+const (
+	DefaultTimeout          = 30 * time.Second
+	DefaultMaxAttempts      = 5
+	DefaultInitialBackoff   = time.Second
+	DefaultMaxBackoff       = 5 * time.Minute
+	DefaultMultiplier       = 2.0
+	DefaultDeadline         = time.Hour
+	DefaultTTLAfterFinished = 24 * time.Hour
+	DefaultTombstoneTTL     = 30 * 24 * time.Hour
+	DefaultIdempotencyHdr   = "Idempotency-Key"
+	DefaultKeyFormat        = "{namespace}/{name}"
+	// MaxRequestBodyBytes caps an action's serialized request body (RFC 8785 form), in bytes.
+	MaxRequestBodyBytes = 64 << 10
+	// MaxResponseBodyBytes caps the response body kept in status.response.body, in bytes.
+	MaxResponseBodyBytes = 4096
+)
+
+// errSecretNotAllowed marks a Secret reference outside the namespace a destination may read.
+var errSecretNotAllowed = errors.New("secret not allowed")
+
+// errDestinationNotFound marks a missing Destination or ClusterDestination.
+var errDestinationNotFound = errors.New("destination not found")
+
+// resolvedDestination is a destination with its Secrets read and its policy defaulted.
+type resolvedDestination struct {
+	// ID is the limiter and metrics identity: "Destination/<ns>/<name>" or "ClusterDestination/<name>".
+	ID           string
+	Spec         *actionsv1alpha1.DestinationSpec
+	Timeout      time.Duration
+	KeyHeader    string
+	KeySupported bool
+	AuthHeader   http.Header
+	TLS          *httpexec.TLSOptions
+	Policy       retry.Policy // Deadline still relative: see policyFor
+	DeadlineDur  time.Duration
+	Limits       limiter.Limits
+	Retention    time.Duration
+	TombstoneTTL time.Duration
+}
+
+// resolveDestination reads the action's Destination or ClusterDestination and the Secrets it names.
+// A Destination reads Secrets only in its own namespace; a ClusterDestination only in the controller's.
+func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (*resolvedDestination, error) {
+	ref := xa.Spec.DestinationRef
+	var spec *actionsv1alpha1.DestinationSpec
+	var id, secretNS string
+	switch ref.Kind {
+	case "ClusterDestination":
+		cd := &actionsv1alpha1.ClusterDestination{}
+		if err := r.Get(ctx, types.NamespacedName{Name: ref.Name}, cd); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("%w: ClusterDestination %q", errDestinationNotFound, ref.Name)
+			}
+			return nil, fmt.Errorf("reading ClusterDestination %q: %w", ref.Name, err)
+		}
+		spec, id, secretNS = &cd.Spec, "ClusterDestination/"+ref.Name, r.ControllerNamespace
+	default:
+		d := &actionsv1alpha1.Destination{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: ref.Name}, d); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("%w: Destination %s/%s", errDestinationNotFound, xa.Namespace, ref.Name)
+			}
+			return nil, fmt.Errorf("reading Destination %s/%s: %w", xa.Namespace, ref.Name, err)
+		}
+		spec, id, secretNS = &d.Spec, "Destination/"+xa.Namespace+"/"+ref.Name, xa.Namespace
+	}
+	rd := &resolvedDestination{ID: id, Spec: spec, Timeout: DefaultTimeout, KeyHeader: DefaultIdempotencyHdr}
+	if spec.Timeout != nil && spec.Timeout.Duration > 0 {
+		rd.Timeout = spec.Timeout.Duration
+	}
+	if idem := spec.Idempotency; idem != nil {
+		if idem.Header != "" {
+			rd.KeyHeader = idem.Header
+		}
+		rd.KeySupported = idem.Supported
+	}
+	rd.Policy, rd.DeadlineDur = destinationPolicy(spec.RetryPolicy)
+	rd.Limits = limitsFor(spec)
+	rd.Retention, rd.TombstoneTTL = DefaultTTLAfterFinished, DefaultTombstoneTTL
+	if ret := spec.Retention; ret != nil {
+		if ret.TTLAfterFinished != nil {
+			rd.Retention = ret.TTLAfterFinished.Duration
+		}
+		if ret.TombstoneTTL != nil {
+			rd.TombstoneTTL = ret.TombstoneTTL.Duration
+		}
+	}
+	sr := secretReader{r: r, ctx: ctx, allowed: secretNS, owner: id}
+	var err error
+	if rd.AuthHeader, err = sr.authHeader(spec.Auth); err != nil {
+		return nil, err
+	}
+	if rd.TLS, err = sr.tlsOptions(spec.TLS); err != nil {
+		return nil, err
+	}
+	return rd, nil
+}
+
+// destinationPolicy defaults a destination's retry policy; the deadline is returned as a duration.
+func destinationPolicy(p *actionsv1alpha1.RetryPolicy) (retry.Policy, time.Duration) {
+	out := retry.Policy{
+		MaxAttempts: DefaultMaxAttempts, InitialBackoff: DefaultInitialBackoff, MaxBackoff: DefaultMaxBackoff,
+		Multiplier: DefaultMultiplier, Jitter: retry.JitterFull, RetryOnStatus: retry.DefaultRetryOnStatus(),
+	}
+	deadline := DefaultDeadline
+	if p == nil {
+		return out, deadline
+	}
+	if p.MaxAttempts != nil {
+		out.MaxAttempts = *p.MaxAttempts
+	}
+	if p.InitialBackoff != nil {
+		out.InitialBackoff = p.InitialBackoff.Duration
+	}
+	if p.MaxBackoff != nil {
+		out.MaxBackoff = p.MaxBackoff.Duration
+	}
+	if p.BackoffMultiplier != "" {
+		if m, err := strconv.ParseFloat(p.BackoffMultiplier, 64); err == nil && m >= 1 {
+			out.Multiplier = m
+		}
+	}
+	if p.Jitter != "" {
+		out.Jitter = retry.Jitter(p.Jitter)
+	}
+	if p.Deadline != nil {
+		deadline = p.Deadline.Duration
+	}
+	if len(p.RetryOnStatus) > 0 {
+		out.RetryOnStatus = append([]int32(nil), p.RetryOnStatus...)
+	}
+	return out, deadline
+}
+
+// tighten applies an action's retryPolicy over the destination's; a looser value is an error that says which.
+func tighten(dest retry.Policy, destDeadline time.Duration, p *actionsv1alpha1.RetryPolicy) (retry.Policy, time.Duration, error) {
+	if p == nil {
+		return dest, destDeadline, nil
+	}
+	out, deadline := dest, destDeadline
+	var loose []string
+	if p.MaxAttempts != nil {
+		if *p.MaxAttempts > dest.MaxAttempts {
+			loose = append(loose, fmt.Sprintf("maxAttempts %d > destination's %d", *p.MaxAttempts, dest.MaxAttempts))
+		}
+		out.MaxAttempts = *p.MaxAttempts
+	}
+	if p.InitialBackoff != nil {
+		if p.InitialBackoff.Duration < dest.InitialBackoff {
+			loose = append(loose, fmt.Sprintf("initialBackoff %s < destination's %s", p.InitialBackoff.Duration, dest.InitialBackoff))
+		}
+		out.InitialBackoff = p.InitialBackoff.Duration
+	}
+	if p.MaxBackoff != nil {
+		if p.MaxBackoff.Duration < dest.MaxBackoff && p.MaxBackoff.Duration < out.InitialBackoff {
+			loose = append(loose, fmt.Sprintf("maxBackoff %s < initialBackoff %s", p.MaxBackoff.Duration, out.InitialBackoff))
+		}
+		if p.MaxBackoff.Duration < dest.MaxBackoff {
+			loose = append(loose, fmt.Sprintf("maxBackoff %s < destination's %s", p.MaxBackoff.Duration, dest.MaxBackoff))
+		}
+		out.MaxBackoff = p.MaxBackoff.Duration
+	}
+	if p.BackoffMultiplier != "" {
+		m, err := strconv.ParseFloat(p.BackoffMultiplier, 64)
+		if err != nil || m < dest.Multiplier {
+			loose = append(loose, fmt.Sprintf("backoffMultiplier %s < destination's %g", p.BackoffMultiplier, dest.Multiplier))
+		} else {
+			out.Multiplier = m
+		}
+	}
+	if p.Jitter != "" {
+		out.Jitter = retry.Jitter(p.Jitter)
+	}
+	if p.Deadline != nil {
+		if p.Deadline.Duration > destDeadline {
+			loose = append(loose, fmt.Sprintf("deadline %s > destination's %s", p.Deadline.Duration, destDeadline))
+		}
+		deadline = p.Deadline.Duration
+	}
+	if len(p.RetryOnStatus) > 0 {
+		allowed := map[int32]bool{}
+		for _, c := range dest.RetryOnStatus {
+			allowed[c] = true
+		}
+		for _, c := range p.RetryOnStatus {
+			if !allowed[c] {
+				loose = append(loose, fmt.Sprintf("retryOnStatus %d is not retried by the destination", c))
+			}
+		}
+		out.RetryOnStatus = append([]int32(nil), p.RetryOnStatus...)
+	}
+	if len(loose) > 0 {
+		return dest, destDeadline, fmt.Errorf("spec.retryPolicy may only tighten the destination's policy: %s", strings.Join(loose, "; "))
+	}
+	return out, deadline, nil
+}
+
+func limitsFor(spec *actionsv1alpha1.DestinationSpec) limiter.Limits {
+	var l limiter.Limits
+	if rl := spec.RateLimit; rl != nil {
+		l.RequestsPerSecond = rl.RequestsPerSecond
+		if rl.Burst != nil {
+			l.Burst = *rl.Burst
+		}
+	}
+	if b := spec.RetryBudget; b != nil {
+		l.Budget = true
+		l.RetryPercent = 20
+		l.MinRetriesPerSecond = 1
+		l.Window = 10 * time.Second
+		if b.RetryPercent != nil {
+			l.RetryPercent = *b.RetryPercent
+		}
+		if b.MinRetriesPerSecond != nil {
+			l.MinRetriesPerSecond = *b.MinRetriesPerSecond
+		}
+		if b.Window != nil && b.Window.Duration > 0 {
+			l.Window = b.Window.Duration
+		}
+	}
+	return l
+}
+
+// secretReader reads Secret keys for one destination, refusing any namespace but the allowed one.
+type secretReader struct {
+	r       *ExternalActionReconciler
+	ctx     context.Context
+	allowed string
+	owner   string
+}
+
+func (s secretReader) secret(name, namespace string) (*corev1.Secret, error) {
+	if namespace != "" && namespace != s.allowed {
+		return nil, fmt.Errorf("%w: %s names Secret %s/%s, but it may read Secrets only in namespace %q",
+			errSecretNotAllowed, s.owner, namespace, name, s.allowed)
+	}
+	sec := &corev1.Secret{}
+	if err := s.r.APIReader.Get(s.ctx, types.NamespacedName{Namespace: s.allowed, Name: name}, sec); err != nil {
+		return nil, fmt.Errorf("reading Secret %s/%s for %s: %w", s.allowed, name, s.owner, err)
+	}
+	return sec, nil
+}
+
+func (s secretReader) key(sel *actionsv1alpha1.SecretKeySelector) ([]byte, error) {
+	sec, err := s.secret(sel.Name, sel.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	v, ok := sec.Data[sel.Key]
+	if !ok {
+		return nil, fmt.Errorf("secret %s/%s has no key %q (needed by %s)", s.allowed, sel.Name, sel.Key, s.owner)
+	}
+	return v, nil
+}
+
+func (s secretReader) authHeader(a *actionsv1alpha1.AuthConfig) (http.Header, error) {
+	h := http.Header{}
+	if a == nil {
+		return h, nil
+	}
+	if a.BearerToken != nil {
+		v, err := s.key(a.BearerToken)
+		if err != nil {
+			return nil, err
+		}
+		h.Set("Authorization", "Bearer "+strings.TrimSpace(string(v)))
+	}
+	if a.Basic != nil {
+		sec, err := s.secret(a.Basic.Name, a.Basic.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		u, p := sec.Data[corev1.BasicAuthUsernameKey], sec.Data[corev1.BasicAuthPasswordKey]
+		if u == nil || p == nil {
+			return nil, fmt.Errorf("secret %s/%s needs keys %q and %q for basic auth (%s)", s.allowed, a.Basic.Name,
+				corev1.BasicAuthUsernameKey, corev1.BasicAuthPasswordKey, s.owner)
+		}
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(string(u)+":"+string(p))))
+	}
+	for _, hs := range a.Headers {
+		v, err := s.key(&hs.ValueFrom)
+		if err != nil {
+			return nil, err
+		}
+		h.Set(hs.Name, strings.TrimSpace(string(v)))
+	}
+	return h, nil
+}
+
+func (s secretReader) tlsOptions(t *actionsv1alpha1.TLSConfig) (*httpexec.TLSOptions, error) {
+	if t == nil {
+		return nil, nil
+	}
+	o := &httpexec.TLSOptions{ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
+	if t.CABundle != nil {
+		v, err := s.key(t.CABundle)
+		if err != nil {
+			return nil, err
+		}
+		o.CABundle = v
+	}
+	if t.ClientCertificate != nil {
+		sec, err := s.secret(t.ClientCertificate.Name, t.ClientCertificate.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		o.ClientCert, o.ClientKey = sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey]
+		if o.ClientCert == nil || o.ClientKey == nil {
+			return nil, fmt.Errorf("secret %s/%s needs keys %q and %q for a client certificate (%s)", s.allowed,
+				t.ClientCertificate.Name, corev1.TLSCertKey, corev1.TLSPrivateKeyKey, s.owner)
+		}
+	}
+	return o, nil
+}
+
+// idempotencyKey renders the destination's key format for an action (default "{namespace}/{name}").
+func idempotencyKey(spec *actionsv1alpha1.DestinationSpec, namespace, name string) string {
+	format := DefaultKeyFormat
+	if spec.Idempotency != nil && spec.Idempotency.KeyFormat != "" {
+		format = spec.Idempotency.KeyFormat
+	}
+	return strings.NewReplacer("{namespace}", namespace, "{name}", name).Replace(format)
+}
+
+// bodyHash returns "sha256:"+hex of b.
+func bodyHash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

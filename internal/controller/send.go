@@ -1,0 +1,218 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/expr"
+	"github.com/actionledger/actionledger/internal/fingerprint"
+	"github.com/actionledger/actionledger/internal/httpexec"
+	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/metrics"
+	"github.com/actionledger/actionledger/internal/retry"
+)
+
+// retryPolicy is the effective policy type the ledger works with.
+type retryPolicy = retry.Policy
+
+// selectedHeaders are the response headers kept in status.response.headers (CONTRACT).
+var selectedHeaders = []string{"Location", "Content-Type", "Idempotent-Replayed", "Retry-After"}
+
+// requestBody returns the RFC 8785 canonical bytes of spec.request.body (nil without a body), refusing bodies
+// over MaxRequestBodyBytes.
+func requestBody(xa *actionsv1alpha1.ExternalAction) ([]byte, error) {
+	b := xa.Spec.Request.Body
+	if b == nil || len(b.Raw) == 0 || string(b.Raw) == "null" {
+		return nil, nil
+	}
+	out, err := fingerprint.CanonicalBody(b.Raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) > MaxRequestBodyBytes {
+		return nil, fmt.Errorf("spec.request.body is %d bytes in canonical form; the limit is %d bytes", len(out), MaxRequestBodyBytes)
+	}
+	return out, nil
+}
+
+// repeatSafe: effect Safe or Idempotent (explicit, or from the method per RFC 9110 section 9.2), or the
+// destination dedups on the key (CONTRACT).
+func repeatSafe(dest *resolvedDestination, xa *actionsv1alpha1.ExternalAction) bool {
+	return retry.RepeatSafe(string(dest.Spec.Effect), method(xa), dest.KeySupported)
+}
+
+func method(xa *actionsv1alpha1.ExternalAction) string {
+	if m := strings.ToUpper(xa.Spec.Request.Method); m != "" {
+		return m
+	}
+	return http.MethodPost
+}
+
+// joinURL appends path (which starts with "/", and may carry a query) to the destination's base URL.
+func joinURL(base, path string) string {
+	if path == "" {
+		path = "/"
+	}
+	return strings.TrimSuffix(base, "/") + path
+}
+
+// send performs one attempt and classifies it. The request is rebuilt identically from the spec each time.
+func (r *ExternalActionReconciler) send(ctx context.Context, xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
+	body []byte, env ledger.Env) ledger.Outcome {
+	h := http.Header{}
+	for k, v := range xa.Spec.Request.Headers {
+		h.Set(k, v)
+	}
+	if body != nil && h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	for k, vs := range dest.AuthHeader {
+		h[k] = append([]string(nil), vs...)
+	}
+	h.Set(dest.KeyHeader, xa.Status.IdempotencyKey)
+	res := r.Executor.Execute(ctx, httpexec.Request{
+		Method: method(xa), URL: joinURL(dest.Spec.URL, xa.Spec.Request.Path), Header: h, Body: body,
+		Timeout: dest.Timeout, TLS: dest.TLS,
+	}, MaxResponseBodyBytes)
+	return r.classify(xa, res, env)
+}
+
+func (r *ExternalActionReconciler) classify(xa *actionsv1alpha1.ExternalAction, res httpexec.Result, env ledger.Env) ledger.Outcome {
+	o := ledger.Outcome{FinishedAt: r.Clock.Now()}
+	obs := retry.Observation{Err: res.Err, Written: res.Written}
+	if res.Err != nil {
+		o.ErrorClass = string(res.ErrorClass)
+		o.Error = res.Err.Error()
+	}
+	if resp := res.Response; resp != nil {
+		o.StatusCode = resp.StatusCode
+		o.RetryAfter = resp.Header.Get("Retry-After")
+		o.Response = responseRecord(resp)
+		obs.StatusCode = resp.StatusCode
+		obs.Header = resp.Header
+		ok, err := r.succeeded(xa, resp)
+		if err != nil {
+			o.Error = "spec.successWhen: " + err.Error()
+		}
+		obs.Succeeded = ok
+	}
+	o.Class = retry.Classify(obs, env.Policy, env.RepeatSafe, env.KeySupported)
+	return o
+}
+
+func (r *ExternalActionReconciler) succeeded(xa *actionsv1alpha1.ExternalAction, resp *httpexec.Response) (bool, error) {
+	if xa.Spec.SuccessWhen == "" {
+		return expr.DefaultSuccess(resp.StatusCode), nil
+	}
+	p, err := r.successProgram(xa)
+	if err != nil {
+		return false, err
+	}
+	return p.Eval(expr.Response{StatusCode: resp.StatusCode, Header: resp.Header, Body: resp.Body})
+}
+
+func responseRecord(resp *httpexec.Response) *actionsv1alpha1.ResponseRecord {
+	rec := &actionsv1alpha1.ResponseRecord{
+		StatusCode: int32(resp.StatusCode), Body: string(resp.Body), BodyTruncated: resp.BodyTruncated, BodySHA256: resp.BodySHA256,
+	}
+	for _, name := range selectedHeaders {
+		if v := resp.Header.Get(name); v != "" {
+			if rec.Headers == nil {
+				rec.Headers = map[string]string{}
+			}
+			rec.Headers[name] = v
+		}
+	}
+	return rec
+}
+
+func retryAfterDelay(v string, now time.Time) (time.Duration, bool) {
+	return retry.ParseRetryAfter(v, now)
+}
+
+// postCheck asks the destination's reconciliation post-check about an uncertain attempt (DESIGN rule 3).
+func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
+	step ledger.Step, env ledger.Env) (ctrl.Result, error) {
+	if step.Status != nil {
+		upd := xa.DeepCopy()
+		upd.Status = *step.Status
+		if err := r.Status().Update(ctx, upd); err != nil {
+			return ctrl.Result{}, ignoreConflict(err)
+		}
+		r.afterWrite(upd, step, dest.ID)
+		xa = upd
+	}
+	rc := dest.Spec.Reconciliation
+	key := xa.Namespace + "/" + xa.Name
+	if ok, wait, reason := r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, key, true, env.Now); !ok {
+		metrics.Delayed.WithLabelValues(dest.ID, string(reason)).Inc()
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	attempt := xa.Status.Claim.Attempt
+	path := strings.NewReplacer("{key}", url.QueryEscape(xa.Status.IdempotencyKey),
+		"{namespace}", url.PathEscape(xa.Namespace), "{name}", url.PathEscape(xa.Name)).Replace(rc.Path)
+	h := http.Header{}
+	for k, vs := range dest.AuthHeader {
+		h[k] = append([]string(nil), vs...)
+	}
+	h.Set(dest.KeyHeader, xa.Status.IdempotencyKey)
+	m := rc.Method
+	if m == "" {
+		m = http.MethodGet
+	}
+	res := r.Executor.Execute(ctx, httpexec.Request{Method: m, URL: joinURL(dest.Spec.URL, path), Header: h, Timeout: dest.Timeout, TLS: dest.TLS}, MaxResponseBodyBytes)
+	verdict := ledger.VerdictInconclusive
+	var rec *actionsv1alpha1.ResponseRecord
+	if res.Err == nil && res.Response != nil {
+		rec = responseRecord(res.Response)
+		in := expr.Response{StatusCode: res.Response.StatusCode, Header: res.Response.Header, Body: res.Response.Body}
+		if p, err := r.Exprs.Get(rc.Applied); err == nil {
+			if ok, _ := p.Eval(in); ok {
+				verdict = ledger.VerdictApplied
+			}
+		}
+		if verdict == ledger.VerdictInconclusive {
+			if p, err := r.Exprs.Get(rc.NotApplied); err == nil {
+				if ok, _ := p.Eval(in); ok {
+					verdict = ledger.VerdictNotApplied
+				}
+			}
+		}
+	}
+	log.FromContext(ctx).V(1).Info("post-check", "attempt", attempt, "verdict", verdict)
+	env.Now = r.Clock.Now()
+	for try := 0; try < 5; try++ {
+		next, ok := ledger.RecordCheck(&xa.Status, attempt, verdict, rec, env)
+		if !ok {
+			return ctrl.Result{}, nil
+		}
+		upd := xa.DeepCopy()
+		upd.Status = *next.Status
+		err := r.Status().Update(ctx, upd)
+		if err == nil {
+			r.afterWrite(upd, next, dest.ID)
+			if next.At.IsZero() {
+				return ctrl.Result{}, nil
+			}
+			return ctrl.Result{RequeueAfter: max(next.At.Sub(r.Clock.Now()), time.Millisecond)}, nil
+		}
+		if ignoreConflict(err) != nil {
+			return ctrl.Result{}, err
+		}
+		fresh := &actionsv1alpha1.ExternalAction{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(xa), fresh); err != nil {
+			return ctrl.Result{}, ignoreConflict(err)
+		}
+		xa = fresh
+	}
+	return ctrl.Result{RequeueAfter: time.Second}, nil
+}

@@ -1,0 +1,177 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/metrics"
+)
+
+// checkTombstone looks up the key's tombstone with a live read (never the cache: a tombstone written a moment
+// ago by the previous object's finalizer must be seen). done=true means step decides the action.
+func (r *ExternalActionReconciler) checkTombstone(ctx context.Context, xa *actionsv1alpha1.ExternalAction, key, fp string,
+	env ledger.Env) (ledger.Step, bool, error) {
+	ts := &actionsv1alpha1.ActionTombstone{}
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(xa), ts)
+	if apierrors.IsNotFound(err) {
+		return ledger.Step{}, false, nil
+	}
+	if err != nil {
+		return ledger.Step{}, false, fmt.Errorf("reading the tombstone of %s: %w", key, err)
+	}
+	if !env.Now.Before(ts.Spec.ExpiresAt.Time) {
+		// Past the replay horizon the same key is a new action (docs/concepts.md).
+		return ledger.Step{}, false, nil
+	}
+	if ts.Spec.Fingerprint != fp {
+		metrics.FingerprintConflicts.Inc()
+		msg := conflictMessage(xa, ts.Spec.Fingerprint, fp, fmt.Sprintf("the tombstone of an earlier object (uid %s, %s)", ts.Spec.UID, ts.Spec.Phase))
+		st := xa.Status.DeepCopy()
+		st.IdempotencyKey = key
+		st.Fingerprint = fp
+		return ledger.Conflict(st, msg, env), true, nil
+	}
+	if !ts.Spec.Phase.Terminal() {
+		// The earlier object went before it finished; nothing it did can have applied unprovably (the finalizer
+		// waits for open claims), so this object continues the action under the same key.
+		return ledger.Step{}, false, nil
+	}
+	metrics.Replays.Inc()
+	return ledger.Replay(&xa.Status, key, fp, ledger.Tombstone{
+		UID: ts.Spec.UID, Phase: ts.Spec.Phase, StatusCode: ts.Spec.StatusCode, CompletedAt: ts.Spec.CompletedAt,
+	}, env), true, nil
+}
+
+// writeTombstone records the action's key binding and outcome before its object goes (DESIGN rules 7 and 8).
+// It is idempotent: an existing tombstone for the same fingerprint is kept.
+func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actionsv1alpha1.ExternalAction) error {
+	st := &xa.Status
+	if st.Fingerprint == "" || st.Phase == actionsv1alpha1.PhaseConflict || (st.Attempts == 0 && st.ReplayedFrom == nil) {
+		return nil // nothing was bound or sent under this object
+	}
+	ttl := DefaultTombstoneTTL
+	if dest, err := r.resolveDestination(ctx, xa); err == nil {
+		ttl = dest.TombstoneTTL
+	}
+	now := r.Clock.Now()
+	ts := &actionsv1alpha1.ActionTombstone{
+		ObjectMeta: metav1.ObjectMeta{Namespace: xa.Namespace, Name: xa.Name,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "actionledger"}},
+		Spec: actionsv1alpha1.ActionTombstoneSpec{
+			Key: st.IdempotencyKey, Fingerprint: st.Fingerprint, Phase: st.Phase,
+			CompletedAt: st.CompletedAt, UID: string(xa.UID), ExpiresAt: metav1.NewTime(now.Add(ttl)),
+		},
+	}
+	if st.ReplayedFrom != nil && st.ReplayedFrom.UID != "" {
+		ts.Spec.UID = st.ReplayedFrom.UID
+	}
+	if st.Response != nil {
+		ts.Spec.StatusCode = st.Response.StatusCode
+	}
+	err := r.Create(ctx, ts)
+	if apierrors.IsAlreadyExists(err) {
+		cur := &actionsv1alpha1.ActionTombstone{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ts), cur); err != nil {
+			return fmt.Errorf("reading the existing tombstone of %s/%s: %w", xa.Namespace, xa.Name, err)
+		}
+		if cur.Spec.Fingerprint == ts.Spec.Fingerprint && cur.Spec.Phase == ts.Spec.Phase && cur.Spec.UID == ts.Spec.UID {
+			return nil
+		}
+		cur.Spec = ts.Spec
+		if err := r.Update(ctx, cur); err != nil {
+			return fmt.Errorf("updating the tombstone of %s/%s: %w", xa.Namespace, xa.Name, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("writing the tombstone of %s/%s: %w", xa.Namespace, xa.Name, err)
+	}
+	return nil
+}
+
+// finalize runs when an action is being deleted: an open claim is waited for (DESIGN rule 8), then the
+// tombstone is written, then the finalizer goes.
+func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(xa, actionsv1alpha1.Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	now := r.Clock.Now()
+	if c := xa.Status.Claim; c != nil && now.Before(c.ExpiresAt.Time) {
+		log.FromContext(ctx).V(1).Info("deletion waits for the open attempt", "attempt", c.Attempt, "until", c.ExpiresAt)
+		return ctrl.Result{RequeueAfter: c.ExpiresAt.Sub(now)}, nil
+	}
+	if c := xa.Status.Claim; c != nil {
+		// The claim expired without an outcome: settle it as the ledger would, so the tombstone records the
+		// truth (a repeat-safe action was not finished; otherwise the outcome is unknown).
+		xa = xa.DeepCopy()
+		if dest, err := r.resolveDestination(ctx, xa); err == nil && repeatSafe(dest, xa) {
+			xa.Status.Phase = actionsv1alpha1.PhaseInProgress
+		} else {
+			xa.Status.Phase = actionsv1alpha1.PhaseOutcomeUnknown
+		}
+	}
+	if err := r.writeTombstone(ctx, xa); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.Limiter.Forget(destinationID(xa), xa.Namespace+"/"+xa.Name)
+	patch := client.MergeFromWithOptions(xa.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(xa, actionsv1alpha1.Finalizer)
+	if err := r.Patch(ctx, xa, patch); err != nil {
+		return ctrl.Result{}, ignoreConflict(err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// collect deletes a finished action past its expiresAt; the finalizer then writes its tombstone.
+func (r *ExternalActionReconciler) collect(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
+	if err := r.writeTombstone(ctx, xa); err != nil {
+		return ctrl.Result{}, err
+	}
+	uid := xa.UID
+	if err := r.Delete(ctx, xa, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("collecting finished action: %w", err)
+	}
+	log.FromContext(ctx).V(1).Info("collected finished action", "phase", xa.Status.Phase)
+	return ctrl.Result{}, nil
+}
+
+// TombstoneReconciler deletes tombstones past their replay horizon, each requeued for its own expiry.
+type TombstoneReconciler struct {
+	client.Client
+	Clock interface{ Now() time.Time }
+	// SkipNameValidation allows several managers in one process (tests).
+	SkipNameValidation bool
+}
+
+// Reconcile deletes one expired tombstone or requeues it for its expiry.
+func (r *TombstoneReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ts := &actionsv1alpha1.ActionTombstone{}
+	if err := r.Get(ctx, req.NamespacedName, ts); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if left := ts.Spec.ExpiresAt.Sub(r.Clock.Now()); left > 0 {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+	uid := ts.UID
+	if err := r.Delete(ctx, ts, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("deleting expired tombstone: %w", err)
+	}
+	return ctrl.Result{}, nil
+}
+
+// SetupWithManager registers the tombstone collector.
+func (r *TombstoneReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).For(&actionsv1alpha1.ActionTombstone{}).Named("actiontombstone").
+		WithOptions(controller.Options{SkipNameValidation: &r.SkipNameValidation}).Complete(r)
+}

@@ -1,0 +1,227 @@
+// Package expr compiles and evaluates CEL predicates over an HTTP response.
+//
+// Predicates are used for ExternalAction.spec.successWhen and for a
+// destination's post-check expressions (applied, notApplied). An expression
+// sees a single variable, response, a map with the keys:
+//
+//   - statusCode: int, the HTTP status code.
+//   - headers: map(string, string), header names lower-cased, multiple
+//     values of one header joined with ", ".
+//   - body: dyn, the parsed JSON value when the body is valid JSON, otherwise
+//     the body as a string (invalid UTF-8 replaced by U+FFFD).
+//
+// JSON integers that fit in an int64 are exposed as CEL int, other numbers as
+// double, so that both response.body.count == 3 and response.body.count + 1
+// behave as users expect.
+//
+// The environment has the CEL standard library, optional types
+// (response.body.?id.orValue(""), response.headers[?"etag"]) and the strings
+// extension (lowerAscii, split, trim, ...). It offers no I/O. Evaluation is
+// bounded by a cost limit and a wall-clock timeout.
+package expr
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/ext"
+)
+
+const (
+	// VarResponse is the name of the variable holding the response.
+	VarResponse = "response"
+
+	// CostLimit is the maximum runtime cost of one evaluation, in CEL cost
+	// units (roughly one unit per elementary operation). It matches the
+	// per-expression limit used by Kubernetes.
+	CostLimit = 1_000_000
+
+	// EvalTimeout bounds the wall-clock time of one evaluation. It backs up
+	// the cost limit: with cost tracking on, cel-go v0.29.2 spends time
+	// quadratic in the number of comprehension iterations (about 0.3s for
+	// exists() over a 10,000-element list), so very large lists can time
+	// out before reaching the cost limit.
+	EvalTimeout = 2 * time.Second
+
+	// MaxSourceLength is the maximum length of an expression, in bytes.
+	MaxSourceLength = 16 * 1024
+
+	// interruptCheckFrequency is the number of comprehension iterations
+	// between checks of the evaluation context.
+	interruptCheckFrequency = 100
+)
+
+// Response is the input of a predicate.
+type Response struct {
+	// StatusCode is the HTTP status code.
+	StatusCode int
+	// Header holds the response headers.
+	Header http.Header
+	// Body is the response body. It is used as given: callers cap its size.
+	Body []byte
+}
+
+// Program is a compiled boolean predicate. Safe for concurrent use.
+type Program struct {
+	src string
+	prg cel.Program
+}
+
+// Source returns the expression the program was compiled from.
+func (p *Program) Source() string { return p.src }
+
+var env = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable(VarResponse, cel.MapType(cel.StringType, cel.DynType)),
+		cel.OptionalTypes(),
+		ext.Strings(),
+		cel.CrossTypeNumericComparisons(true),
+	)
+})
+
+// Compile parses and type-checks src, which must be a boolean expression
+// (or dyn, checked at evaluation time). Errors are meant for users: syntax
+// and type errors carry the CEL message with line:column, e.g.
+//
+//	ERROR: <input>:1:21: Syntax error: mismatched input ...
+func Compile(src string) (*Program, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, errors.New("expression is empty")
+	}
+	if len(src) > MaxSourceLength {
+		return nil, fmt.Errorf("expression is too long: %d bytes, limit %d", len(src), MaxSourceLength)
+	}
+	e, err := env()
+	if err != nil {
+		return nil, fmt.Errorf("creating CEL environment: %w", err)
+	}
+	ast, iss := e.Compile(src)
+	if iss.Err() != nil {
+		return nil, fmt.Errorf("invalid expression: %w", iss.Err())
+	}
+	switch t := ast.OutputType(); t.Kind() {
+	case types.BoolKind, types.DynKind:
+	default:
+		return nil, fmt.Errorf("expression must be a boolean expression, got %s", t)
+	}
+	prg, err := e.Program(ast,
+		cel.CostLimit(CostLimit),
+		cel.InterruptCheckFrequency(interruptCheckFrequency),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("invalid expression: %w", err)
+	}
+	return &Program{src: src, prg: prg}, nil
+}
+
+// Eval returns the predicate's value for r. Runtime errors (a missing key, a
+// body that is not an object, a non-boolean result, the cost limit or the
+// timeout being exceeded) are returned as errors.
+func (p *Program) Eval(r Response) (bool, error) {
+	return p.EvalContext(context.Background(), r)
+}
+
+// EvalContext is Eval with a context: evaluation stops with an error when
+// ctx is done. EvalTimeout applies in any case.
+func (p *Program) EvalContext(ctx context.Context, r Response) (ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, EvalTimeout)
+	defer cancel()
+	defer func() {
+		// CEL should not panic, but a predicate must never crash the operator.
+		if rec := recover(); rec != nil {
+			ok, err = false, fmt.Errorf("evaluating expression: internal error: %v", rec)
+		}
+	}()
+	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r)})
+	if err != nil {
+		return false, fmt.Errorf("evaluating expression: %w", err)
+	}
+	b, isBool := out.Value().(bool)
+	if !isBool {
+		return false, fmt.Errorf("expression must evaluate to a boolean, got %s", out.Type().TypeName())
+	}
+	return b, nil
+}
+
+// activation returns the value of the response variable for r: a map with
+// statusCode, headers and body.
+func activation(r Response) map[string]any {
+	headers := make(map[string]string, len(r.Header))
+	for k, vs := range r.Header {
+		k = strings.ToLower(k)
+		v := strings.Join(vs, ", ")
+		if prev, dup := headers[k]; dup {
+			// Non-canonical keys that differ only by case: merge them.
+			v = prev + ", " + v
+		}
+		headers[k] = v
+	}
+	return map[string]any{
+		"statusCode": int64(r.StatusCode),
+		"headers":    headers,
+		"body":       parseBody(r.Body),
+	}
+}
+
+// parseBody returns the JSON value of b, or b as a string when b is not a
+// single valid JSON value (json.Valid rejects trailing data).
+func parseBody(b []byte) any {
+	if v, ok := parseJSON(b); ok {
+		return v
+	}
+	return strings.ToValidUTF8(string(b), string(utf8.RuneError))
+}
+
+func parseJSON(b []byte) (any, bool) {
+	if len(bytes.TrimSpace(b)) == 0 || !json.Valid(b) {
+		return nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, false
+	}
+	return convertNumbers(v), true
+}
+
+// convertNumbers replaces json.Number values with int64 when they are
+// integers that fit, float64 otherwise.
+func convertNumbers(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			t[k] = convertNumbers(e)
+		}
+		return t
+	case []any:
+		for i, e := range t {
+			t[i] = convertNumbers(e)
+		}
+		return t
+	case json.Number:
+		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
+			return i
+		}
+		f, _ := strconv.ParseFloat(string(t), 64) // ±Inf on overflow
+		return f
+	default:
+		return v
+	}
+}
+
+// DefaultSuccess reports the default success rule: 200 <= code <= 299.
+func DefaultSuccess(code int) bool {
+	return code >= 200 && code <= 299
+}

@@ -1,0 +1,586 @@
+// Package ledger is the ExternalAction state machine: pure functions from (status, observation, now) to
+// (new status, next step). The controller is thin glue around it: it reads, calls one of these functions,
+// writes the returned status (claims as an Update carrying the resourceVersion they were decided on,
+// DESIGN rule 1) and performs the returned step.
+//
+// Nothing here does I/O or reads a clock: Env carries the time, the holder identity and the effective policy.
+package ledger
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/retry"
+)
+
+// HistoryLimit is the number of finished attempts kept in status.attemptHistory.
+const HistoryLimit = 10
+
+// Env is everything a decision needs besides the status.
+type Env struct {
+	// Now is the controller's clock.
+	Now time.Time
+	// Holder identifies this manager process in claims.
+	Holder string
+	// Generation is the object's metadata.generation (for observedGeneration).
+	Generation int64
+	// Policy is the effective retry policy; Policy.Deadline is absolute.
+	Policy retry.Policy
+	// AttemptTimeout is the per-attempt timeout of the destination.
+	AttemptTimeout time.Duration
+	// ClaimMargin is added to AttemptTimeout to form a claim's expiry (time to record the outcome).
+	ClaimMargin time.Duration
+	// RepeatSafe: effect Safe or Idempotent, or the destination dedups on the key (CONTRACT).
+	RepeatSafe bool
+	// KeySupported: the destination dedups on the key (a 409 then means "still in progress").
+	KeySupported bool
+	// PostCheck: the destination has a reconciliation post-check.
+	PostCheck bool
+	// MaxPostChecks bounds inconclusive post-checks of one uncertain attempt.
+	MaxPostChecks int32
+	// Retention is how long a finished object is kept after completedAt (0: collect at once).
+	Retention time.Duration
+	// Rand returns a number in [0, 1) for jitter.
+	Rand func() float64
+}
+
+// Kind is what the controller does after writing Step.Status (if any).
+type Kind string
+
+const (
+	// KindNone: nothing to do until something changes (terminal, or waiting for a person).
+	KindNone Kind = "None"
+	// KindWait: requeue at Step.At; nothing may be sent before.
+	KindWait Kind = "Wait"
+	// KindSend: Step.Status holds a new claim; write it with the resourceVersion the decision was based on,
+	// and only if that write succeeds, send attempt Step.Status.Claim.Attempt.
+	KindSend Kind = "Send"
+	// KindPostCheck: ask the destination's post-check about the open, uncertain claim.
+	KindPostCheck Kind = "PostCheck"
+)
+
+// Event is emitted after the status write that carries it succeeded.
+type Event struct {
+	// Warning selects the Warning event type (else Normal).
+	Warning bool
+	// Reason is a CamelCase reason.
+	Reason string
+	// Message is human text, never a secret.
+	Message string
+}
+
+// Step is the result of a decision.
+type Step struct {
+	// Kind is what to do after the write.
+	Kind Kind
+	// At is when to look again (KindWait, and the terminal expiry for KindNone when non-zero).
+	At time.Time
+	// Status is the new status to write, or nil when nothing changed.
+	Status *actionsv1alpha1.ExternalActionStatus
+	// Event is emitted after a successful write (or at once when Status is nil).
+	Event *Event
+}
+
+// Outcome is what one attempt produced, as classified by the retry package.
+type Outcome struct {
+	// Class is the attempt's disposition.
+	Class retry.Class
+	// FinishedAt is when the outcome was known.
+	FinishedAt time.Time
+	// StatusCode is the HTTP status, 0 without a response.
+	StatusCode int
+	// ErrorClass is the transport failure class, "" with a response.
+	ErrorClass string
+	// Error is a short error text (no secrets).
+	Error string
+	// RetryAfter is the raw Retry-After header, if any.
+	RetryAfter string
+	// Response is the recorded response (capped body), nil without one.
+	Response *actionsv1alpha1.ResponseRecord
+}
+
+// Verdict is a post-check's answer.
+type Verdict string
+
+const (
+	// VerdictApplied: the effect is proven applied.
+	VerdictApplied Verdict = "Applied"
+	// VerdictNotApplied: the effect is proven absent.
+	VerdictNotApplied Verdict = "NotApplied"
+	// VerdictInconclusive: neither could be shown (including a failed post-check request).
+	VerdictInconclusive Verdict = "Inconclusive"
+)
+
+// Begin initialises a fresh status: key, fingerprint, deadline and phase Pending. It returns nil when the
+// status is already initialised.
+func Begin(cur *actionsv1alpha1.ExternalActionStatus, key, fingerprint string, env Env) *actionsv1alpha1.ExternalActionStatus {
+	if cur.Fingerprint != "" && cur.Phase != "" {
+		return nil
+	}
+	st := cur.DeepCopy()
+	st.IdempotencyKey = key
+	st.Fingerprint = fingerprint
+	if !env.Policy.Deadline.IsZero() {
+		st.Deadline = ptrTime(env.Policy.Deadline)
+	}
+	setPhase(st, actionsv1alpha1.PhasePending, actionsv1alpha1.ReasonPending, "accepted; no attempt sent yet", env)
+	return st
+}
+
+// Advance decides what to do with a non-terminal action when no outcome is at hand: wait for an open claim
+// or the schedule, resolve an expired claim (DESIGN rule 3), end at the deadline, or claim the next attempt.
+func Advance(cur *actionsv1alpha1.ExternalActionStatus, env Env) Step {
+	if cur.Phase.Terminal() {
+		return Step{Kind: KindNone}
+	}
+	if c := cur.Claim; c != nil {
+		if env.Now.Before(c.ExpiresAt.Time) {
+			return Step{Kind: KindWait, At: c.ExpiresAt.Time}
+		}
+		return uncertain(cur, env, "ClaimExpired",
+			fmt.Sprintf("attempt %d by %s has no recorded outcome and its claim expired at %s", c.Attempt, c.Holder, c.ExpiresAt.UTC().Format(time.RFC3339)))
+	}
+	if next := cur.NextAttemptAt; next != nil && env.Now.Before(next.Time) {
+		return Step{Kind: KindWait, At: next.Time}
+	}
+	if dl := cur.Deadline; dl != nil && !env.Now.Before(dl.Time) {
+		return exhaust(cur, env, actionsv1alpha1.ReasonDeadlineExceeded,
+			fmt.Sprintf("the deadline %s passed after %d attempt(s)", dl.UTC().Format(time.RFC3339), cur.Attempts))
+	}
+	if cur.Attempts >= maxAttempts(cur, env) {
+		return exhaust(cur, env, actionsv1alpha1.ReasonAttemptsExhausted,
+			fmt.Sprintf("all %d attempt(s) were made", cur.Attempts))
+	}
+	return claim(cur, env)
+}
+
+// claim opens attempt Attempts+1 held by env.Holder with an absolute expiry (never zero, C06).
+func claim(cur *actionsv1alpha1.ExternalActionStatus, env Env) Step {
+	st := cur.DeepCopy()
+	st.Attempts++
+	timeout := env.AttemptTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	margin := env.ClaimMargin
+	if margin <= 0 {
+		margin = 5 * time.Second
+	}
+	st.Claim = &actionsv1alpha1.AttemptClaim{
+		Attempt:   st.Attempts,
+		Holder:    env.Holder,
+		StartedAt: metav1.NewTime(env.Now),
+		ExpiresAt: metav1.NewTime(env.Now.Add(timeout + margin)),
+	}
+	st.NextAttemptAt = nil
+	setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonAttemptInProgress,
+		fmt.Sprintf("attempt %d claimed by %s", st.Attempts, env.Holder), env)
+	return Step{Kind: KindSend, Status: st}
+}
+
+// Record applies the outcome of attempt (DESIGN rule 2). It returns ok=false, and no step, when the status no
+// longer shows that attempt open (someone else resolved it), so the caller drops the stale outcome.
+func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome, env Env) (Step, bool) {
+	c := cur.Claim
+	if c == nil || c.Attempt != attempt {
+		return Step{}, false
+	}
+	st := cur.DeepCopy()
+	rec := actionsv1alpha1.AttemptRecord{
+		Number:     attempt,
+		StartedAt:  c.StartedAt,
+		FinishedAt: ptrTime(o.FinishedAt),
+		Result:     string(o.Class),
+		StatusCode: int32(o.StatusCode),
+		ErrorClass: o.ErrorClass,
+		RetryAfter: o.RetryAfter,
+	}
+	upsertHistory(st, rec)
+	if o.Response != nil {
+		st.Response = o.Response.DeepCopy()
+	}
+	st.LastError = lastError(o)
+	switch o.Class {
+	case retry.ClassSuccess:
+		st.Claim = nil
+		st.LastError = ""
+		finish(st, env, actionsv1alpha1.PhaseSucceeded, actionsv1alpha1.ReasonSucceeded,
+			fmt.Sprintf("attempt %d succeeded with status %d", attempt, o.StatusCode))
+		return Step{Kind: KindNone, Status: st, At: expiry(st),
+			Event: &Event{Reason: actionsv1alpha1.ReasonSucceeded, Message: fmt.Sprintf("attempt %d succeeded with status %d", attempt, o.StatusCode)}}, true
+	case retry.ClassRejected:
+		st.Claim = nil
+		msg := fmt.Sprintf("attempt %d was rejected with status %d; the response is the outcome", attempt, o.StatusCode)
+		finish(st, env, actionsv1alpha1.PhaseFailed, actionsv1alpha1.ReasonRejected, msg)
+		return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Warning: true, Reason: actionsv1alpha1.ReasonRejected, Message: msg}}, true
+	case retry.ClassUncertain:
+		if env.RepeatSafe {
+			st.Claim = nil
+			return schedule(st, env, o.RetryAfter, fmt.Sprintf("attempt %d is uncertain (%s); repeating is safe", attempt, describe(o))), true
+		}
+		// Keep the claim open but expired: the uncertain path (post-check or OutcomeUnknown) takes over.
+		st.Claim.ExpiresAt = metav1.NewTime(env.Now)
+		step := uncertain(st, env, o.ErrorClass, fmt.Sprintf("attempt %d is uncertain (%s)", attempt, describe(o)))
+		if step.Status == nil {
+			step.Status = st
+		}
+		return step, true
+	default: // Retryable, NotSent, InProgress
+		st.Claim = nil
+		return schedule(st, env, o.RetryAfter, fmt.Sprintf("attempt %d: %s", attempt, describe(o))), true
+	}
+}
+
+// uncertain resolves an open claim whose outcome is unknown (DESIGN rule 3): resend when repeating is safe,
+// ask the post-check when there is one, else OutcomeUnknown with no automatic resend.
+func uncertain(cur *actionsv1alpha1.ExternalActionStatus, env Env, errorClass, why string) Step {
+	c := cur.Claim
+	st := cur.DeepCopy()
+	if !hasHistory(st, c.Attempt) {
+		upsertHistory(st, actionsv1alpha1.AttemptRecord{
+			Number: c.Attempt, StartedAt: c.StartedAt, FinishedAt: ptrTime(env.Now),
+			Result: string(retry.ClassUncertain), ErrorClass: errorClass,
+		})
+	}
+	switch {
+	case env.RepeatSafe:
+		st.Claim = nil
+		return schedule(st, env, "", why+"; repeating is safe, resending with the same key")
+	case env.PostCheck && c.PostChecks < maxPostChecks(env):
+		if cur.Phase != actionsv1alpha1.PhaseInProgress || !condReason(cur, actionsv1alpha1.ConditionReconciling, actionsv1alpha1.ReasonPostCheckPending) {
+			setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonPostCheckPending, why+"; asking the post-check", env)
+			return Step{Kind: KindPostCheck, Status: st}
+		}
+		if equalHistory(cur, st) {
+			return Step{Kind: KindPostCheck}
+		}
+		return Step{Kind: KindPostCheck, Status: st}
+	default:
+		st.Claim = nil
+		msg := why + "; nothing can prove whether it was applied, so it is not resent: decide with the " +
+			actionsv1alpha1.AnnotationResolve + " annotation (applied, not-applied or retry)"
+		if env.PostCheck {
+			msg = why + fmt.Sprintf("; %d post-check(s) were inconclusive", c.PostChecks) + msg[len(why):]
+		}
+		finish(st, env, actionsv1alpha1.PhaseOutcomeUnknown, actionsv1alpha1.ReasonOutcomeUnknown, msg)
+		st.LastError = truncate(why, 1024)
+		return Step{Kind: KindNone, Status: st, Event: &Event{Warning: true, Reason: actionsv1alpha1.ReasonOutcomeUnknown, Message: msg}}
+	}
+}
+
+// RecordCheck applies a post-check verdict for the open claim of attempt.
+func RecordCheck(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, v Verdict, resp *actionsv1alpha1.ResponseRecord, env Env) (Step, bool) {
+	c := cur.Claim
+	if c == nil || c.Attempt != attempt {
+		return Step{}, false
+	}
+	st := cur.DeepCopy()
+	switch v {
+	case VerdictApplied:
+		st.Claim = nil
+		if resp != nil {
+			st.Response = resp.DeepCopy()
+		}
+		markHistory(st, attempt, "Applied")
+		st.LastError = ""
+		msg := fmt.Sprintf("the post-check proved attempt %d applied", attempt)
+		finish(st, env, actionsv1alpha1.PhaseSucceeded, actionsv1alpha1.ReasonSucceeded, msg)
+		return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Reason: actionsv1alpha1.ReasonSucceeded, Message: msg}}, true
+	case VerdictNotApplied:
+		st.Claim = nil
+		markHistory(st, attempt, "NotApplied")
+		return schedule(st, env, "", fmt.Sprintf("the post-check proved attempt %d not applied", attempt)), true
+	default:
+		st.Claim.PostChecks++
+		if st.Claim.PostChecks >= maxPostChecks(env) {
+			return uncertain(st, Env{Now: env.Now, Holder: env.Holder, Generation: env.Generation, Policy: env.Policy,
+				Retention: env.Retention, PostCheck: false, Rand: env.Rand}, "PostCheckInconclusive",
+				fmt.Sprintf("attempt %d is uncertain and %d post-check(s) were inconclusive", attempt, st.Claim.PostChecks)), true
+		}
+		wait := retry.Backoff(env.Policy, int(st.Claim.PostChecks), env.Rand)
+		st.Claim.ExpiresAt = metav1.NewTime(env.Now.Add(wait))
+		setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonPostCheckPending,
+			fmt.Sprintf("post-check %d for attempt %d was inconclusive; asking again at %s", st.Claim.PostChecks, attempt, st.Claim.ExpiresAt.UTC().Format(time.RFC3339)), env)
+		return Step{Kind: KindWait, At: st.Claim.ExpiresAt.Time, Status: st}, true
+	}
+}
+
+// schedule decides the next attempt after a failure that proves nothing was applied, or where repeating is
+// safe (DESIGN rule 5): max(Retry-After, jittered backoff), or Exhausted when that passes the deadline or
+// no attempt is left.
+func schedule(st *actionsv1alpha1.ExternalActionStatus, env Env, retryAfter, why string) Step {
+	p := env.Policy
+	p.MaxAttempts = maxAttempts(st, env)
+	d := retry.Next(p, st.Attempts, retryAfter, env.Now, env.Rand)
+	if !d.Retry {
+		return exhaust(st, env, d.Reason, why+"; "+d.Message)
+	}
+	st.NextAttemptAt = ptrTime(d.NextAt)
+	msg := fmt.Sprintf("%s; next attempt at %s", why, d.NextAt.UTC().Format(time.RFC3339))
+	setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonRetryScheduled, msg, env)
+	return Step{Kind: KindWait, At: d.NextAt, Status: st}
+}
+
+func exhaust(cur *actionsv1alpha1.ExternalActionStatus, env Env, reason, msg string) Step {
+	st := cur.DeepCopy()
+	st.Claim = nil
+	st.NextAttemptAt = nil
+	finish(st, env, actionsv1alpha1.PhaseExhausted, reason, msg)
+	return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Warning: true, Reason: reason, Message: msg}}
+}
+
+// Fail ends the action Failed for a reason that no retry can fix (an invalid spec), sending nothing.
+func Fail(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, env Env) Step {
+	if cur.Phase == actionsv1alpha1.PhaseFailed && condReason(cur, actionsv1alpha1.ConditionStalled, reason) && cur.LastError == msg {
+		return Step{Kind: KindNone}
+	}
+	st := cur.DeepCopy()
+	st.LastError = truncate(msg, 1024)
+	finish(st, env, actionsv1alpha1.PhaseFailed, reason, msg)
+	return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Warning: true, Reason: reason, Message: msg}}
+}
+
+// Conflict ends the action Conflict: its key is bound to another fingerprint (DESIGN rule 6). Nothing is sent.
+func Conflict(cur *actionsv1alpha1.ExternalActionStatus, msg string, env Env) Step {
+	if cur.Phase == actionsv1alpha1.PhaseConflict {
+		return Step{Kind: KindNone}
+	}
+	st := cur.DeepCopy()
+	st.LastError = truncate(msg, 1024)
+	finish(st, env, actionsv1alpha1.PhaseConflict, actionsv1alpha1.ReasonFingerprintConflict, msg)
+	st.ExpiresAt = nil // a conflicting object is the user's to fix or delete; it is never collected
+	return Step{Kind: KindNone, Status: st, Event: &Event{Warning: true, Reason: actionsv1alpha1.ReasonFingerprintConflict, Message: msg}}
+}
+
+// Tombstone is the part of an ActionTombstone that a replay needs.
+type Tombstone struct {
+	UID         string
+	Phase       actionsv1alpha1.Phase
+	StatusCode  int32
+	CompletedAt *metav1.Time
+}
+
+// Replay gives a re-created action the recorded outcome of its tombstone (same key, same fingerprint; DESIGN rule 7).
+func Replay(cur *actionsv1alpha1.ExternalActionStatus, key, fingerprint string, t Tombstone, env Env) Step {
+	st := cur.DeepCopy()
+	st.IdempotencyKey = key
+	st.Fingerprint = fingerprint
+	st.ReplayedFrom = &actionsv1alpha1.ReplaySource{UID: t.UID, CompletedAt: t.CompletedAt, Phase: t.Phase}
+	if t.StatusCode != 0 {
+		st.Response = &actionsv1alpha1.ResponseRecord{StatusCode: t.StatusCode}
+	}
+	phase := t.Phase
+	if !phase.Terminal() || phase == actionsv1alpha1.PhaseConflict {
+		phase = actionsv1alpha1.PhaseOutcomeUnknown
+	}
+	reason := actionsv1alpha1.ReasonReplayed
+	msg := fmt.Sprintf("replayed the recorded outcome (%s, status %d) of the earlier object %s; nothing was sent", t.Phase, t.StatusCode, t.UID)
+	finish(st, env, phase, reason, msg)
+	if phase == actionsv1alpha1.PhaseOutcomeUnknown {
+		st.ExpiresAt = nil
+	}
+	return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Reason: reason, Message: msg}}
+}
+
+// Resolve applies a person's decision on an OutcomeUnknown or Exhausted action (CONTRACT "Decisions by people").
+func Resolve(cur *actionsv1alpha1.ExternalActionStatus, decision, reason string, env Env) (Step, error) {
+	if cur.Phase != actionsv1alpha1.PhaseOutcomeUnknown && cur.Phase != actionsv1alpha1.PhaseExhausted {
+		return Step{}, fmt.Errorf("a decision applies only in phase OutcomeUnknown or Exhausted, not %s", cur.Phase)
+	}
+	st := cur.DeepCopy()
+	st.Resolution = &actionsv1alpha1.Resolution{Decision: decision, Reason: truncate(reason, 1024), At: metav1.NewTime(env.Now)}
+	st.Claim = nil
+	last := st.Attempts
+	msg := fmt.Sprintf("a person decided %q", decision)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	switch decision {
+	case actionsv1alpha1.DecisionApplied:
+		markHistory(st, last, "ResolvedApplied")
+		st.LastError = ""
+		finish(st, env, actionsv1alpha1.PhaseSucceeded, actionsv1alpha1.ReasonResolved, msg)
+	case actionsv1alpha1.DecisionNotApplied:
+		markHistory(st, last, "ResolvedNotApplied")
+		finish(st, env, actionsv1alpha1.PhaseFailed, actionsv1alpha1.ReasonResolved, msg)
+	case actionsv1alpha1.DecisionRetry:
+		st.ManualRetries++
+		st.CompletedAt = nil
+		st.ExpiresAt = nil
+		st.NextAttemptAt = ptrTime(env.Now)
+		if !env.Policy.Deadline.IsZero() && !env.Now.Before(env.Policy.Deadline) {
+			// The original window is spent: the person grants one attempt window from now.
+			st.Deadline = ptrTime(env.Now.Add(env.AttemptTimeout + 2*env.ClaimMargin + time.Minute))
+		}
+		setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonResolved, msg+"; one more attempt under the same key", env)
+		return Step{Kind: KindWait, At: env.Now, Status: st, Event: &Event{Reason: actionsv1alpha1.ReasonResolved, Message: msg}}, nil
+	default:
+		return Step{}, fmt.Errorf("unknown decision %q: use %s, %s or %s", decision,
+			actionsv1alpha1.DecisionApplied, actionsv1alpha1.DecisionNotApplied, actionsv1alpha1.DecisionRetry)
+	}
+	return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Reason: actionsv1alpha1.ReasonResolved, Message: msg}}, nil
+}
+
+// Delayed marks the action as waiting on its destination (rate limit, pause or retry budget) until until.
+// It returns a write only when the reason changes, so a waiting action costs no write per poll.
+func Delayed(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, until time.Time, env Env) Step {
+	if condReason(cur, actionsv1alpha1.ConditionReconciling, reason) {
+		return Step{Kind: KindWait, At: until}
+	}
+	st := cur.DeepCopy()
+	st.NextAttemptAt = ptrTime(until)
+	phase := st.Phase
+	if phase == "" {
+		phase = actionsv1alpha1.PhasePending
+	}
+	setPhase(st, phase, reason, msg, env)
+	return Step{Kind: KindWait, At: until, Status: st}
+}
+
+// EffectiveDeadline is the absolute deadline for an action created at created under policy deadline d (0: none).
+func EffectiveDeadline(created time.Time, d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return created.Add(d)
+}
+
+func finish(st *actionsv1alpha1.ExternalActionStatus, env Env, phase actionsv1alpha1.Phase, reason, msg string) {
+	st.NextAttemptAt = nil
+	st.CompletedAt = ptrTime(env.Now)
+	if phase == actionsv1alpha1.PhaseOutcomeUnknown {
+		st.ExpiresAt = nil // never collected before a person decides
+	} else {
+		st.ExpiresAt = ptrTime(env.Now.Add(env.Retention))
+	}
+	setPhase(st, phase, reason, msg, env)
+}
+
+func expiry(st *actionsv1alpha1.ExternalActionStatus) time.Time {
+	if st.ExpiresAt == nil {
+		return time.Time{}
+	}
+	return st.ExpiresAt.Time
+}
+
+// setPhase sets the phase and the three conditions as kstatus reads them: Ready True only in Succeeded;
+// Reconciling True in Pending and InProgress; Stalled True in Failed, Exhausted, OutcomeUnknown and Conflict.
+func setPhase(st *actionsv1alpha1.ExternalActionStatus, phase actionsv1alpha1.Phase, reason, msg string, env Env) {
+	st.Phase = phase
+	st.ObservedGeneration = env.Generation
+	msg = truncate(msg, 1024)
+	set := func(t string, on bool, r, m string) {
+		s := metav1.ConditionFalse
+		if on {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: t, Status: s, Reason: r, Message: m, ObservedGeneration: env.Generation,
+			LastTransitionTime: metav1.NewTime(env.Now),
+		})
+	}
+	switch phase {
+	case actionsv1alpha1.PhaseSucceeded:
+		set(actionsv1alpha1.ConditionReady, true, reason, msg)
+		set(actionsv1alpha1.ConditionReconciling, false, reason, "finished")
+		set(actionsv1alpha1.ConditionStalled, false, reason, "finished")
+	case actionsv1alpha1.PhasePending, actionsv1alpha1.PhaseInProgress:
+		set(actionsv1alpha1.ConditionReady, false, reason, msg)
+		set(actionsv1alpha1.ConditionReconciling, true, reason, msg)
+		set(actionsv1alpha1.ConditionStalled, false, reason, "making progress")
+	default:
+		set(actionsv1alpha1.ConditionReady, false, reason, msg)
+		set(actionsv1alpha1.ConditionReconciling, false, reason, "stopped")
+		set(actionsv1alpha1.ConditionStalled, true, reason, msg)
+	}
+}
+
+func condReason(st *actionsv1alpha1.ExternalActionStatus, t, reason string) bool {
+	c := meta.FindStatusCondition(st.Conditions, t)
+	return c != nil && c.Reason == reason && c.Status == metav1.ConditionTrue
+}
+
+func maxAttempts(st *actionsv1alpha1.ExternalActionStatus, env Env) int32 {
+	m := env.Policy.MaxAttempts
+	if m < 1 {
+		m = 1
+	}
+	return m + st.ManualRetries
+}
+
+func maxPostChecks(env Env) int32 {
+	if env.MaxPostChecks < 1 {
+		return 5
+	}
+	return env.MaxPostChecks
+}
+
+func upsertHistory(st *actionsv1alpha1.ExternalActionStatus, rec actionsv1alpha1.AttemptRecord) {
+	for i := range st.AttemptHistory {
+		if st.AttemptHistory[i].Number == rec.Number {
+			st.AttemptHistory[i] = rec
+			return
+		}
+	}
+	st.AttemptHistory = append(st.AttemptHistory, rec)
+	if n := len(st.AttemptHistory); n > HistoryLimit {
+		st.AttemptHistory = append([]actionsv1alpha1.AttemptRecord(nil), st.AttemptHistory[n-HistoryLimit:]...)
+	}
+}
+
+func hasHistory(st *actionsv1alpha1.ExternalActionStatus, n int32) bool {
+	for _, r := range st.AttemptHistory {
+		if r.Number == n {
+			return true
+		}
+	}
+	return false
+}
+
+func equalHistory(a, b *actionsv1alpha1.ExternalActionStatus) bool {
+	return len(a.AttemptHistory) == len(b.AttemptHistory)
+}
+
+func markHistory(st *actionsv1alpha1.ExternalActionStatus, n int32, result string) {
+	for i := range st.AttemptHistory {
+		if st.AttemptHistory[i].Number == n {
+			st.AttemptHistory[i].Result = result
+		}
+	}
+}
+
+func describe(o Outcome) string {
+	switch {
+	case o.StatusCode != 0 && o.RetryAfter != "":
+		return fmt.Sprintf("status %d, Retry-After %q", o.StatusCode, o.RetryAfter)
+	case o.StatusCode != 0:
+		return fmt.Sprintf("status %d", o.StatusCode)
+	case o.Error != "":
+		return fmt.Sprintf("%s: %s", o.ErrorClass, o.Error)
+	default:
+		return o.ErrorClass
+	}
+}
+
+func lastError(o Outcome) string {
+	if o.Class == retry.ClassSuccess {
+		return ""
+	}
+	return truncate(string(o.Class)+": "+describe(o), 1024)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+func ptrTime(t time.Time) *metav1.Time {
+	mt := metav1.NewTime(t)
+	return &mt
+}

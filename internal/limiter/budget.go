@@ -1,0 +1,140 @@
+package limiter
+
+import (
+	"math"
+	"time"
+)
+
+// budgetBuckets is the number of buckets a retry-budget window is divided into
+// at most: admissions closer together than window/budgetBuckets (and at least
+// 1 ms) are counted in one bucket, which bounds memory at any request rate.
+const budgetBuckets = 200
+
+// bucket counts admissions that happened in [at, at+quantum).
+type bucket struct {
+	at time.Time
+	n  int
+}
+
+// window is a sliding count of admissions, bucketed by quantum.
+type window struct {
+	buckets []bucket
+	total   int
+}
+
+// add counts one admission at now.
+func (w *window) add(now time.Time, quantum time.Duration) {
+	if n := len(w.buckets); n > 0 && now.Sub(w.buckets[n-1].at) < quantum {
+		w.buckets[n-1].n++
+	} else {
+		w.buckets = append(w.buckets, bucket{at: now, n: 1})
+	}
+	w.total++
+}
+
+// prune drops the buckets whose lifetime (bucket time + life) ended at or
+// before now.
+func (w *window) prune(now time.Time, life time.Duration) {
+	i := 0
+	for i < len(w.buckets) && !w.buckets[i].at.Add(life).After(now) {
+		w.total -= w.buckets[i].n
+		i++
+	}
+	if i == len(w.buckets) {
+		w.buckets = nil
+		return
+	}
+	w.buckets = w.buckets[i:]
+}
+
+// retryBudget counts first attempts and retries admitted on a destination.
+//
+// Bucketing is conservative in both directions: a bucket of first attempts
+// leaves the window when its earliest admission does, a bucket of retries when
+// its latest possible admission does.
+type retryBudget struct {
+	firsts  window
+	retries window
+}
+
+func budgetQuantum(win time.Duration) time.Duration {
+	return max(win/budgetBuckets, time.Millisecond)
+}
+
+// record counts one admission at now.
+func (b *retryBudget) record(first bool, now time.Time, win time.Duration) {
+	if first {
+		b.firsts.add(now, budgetQuantum(win))
+	} else {
+		b.retries.add(now, budgetQuantum(win))
+	}
+}
+
+// prune forgets admissions that left the window of length win at now.
+func (b *retryBudget) prune(now time.Time, win time.Duration) {
+	b.firsts.prune(now, win)
+	b.retries.prune(now, win+budgetQuantum(win))
+}
+
+// empty reports whether no admission is in the window (after prune).
+func (b *retryBudget) empty() bool { return b.firsts.total == 0 && b.retries.total == 0 }
+
+// allowance returns how many retries l allows with firsts first attempts in the
+// window.
+func allowance(l Limits, firsts int) float64 {
+	return float64(l.RetryPercent)*float64(firsts)/100 + float64(l.MinRetriesPerSecond)*l.Window.Seconds()
+}
+
+// budgetEpsilon absorbs floating-point error in allowance comparisons.
+const budgetEpsilon = 1e-9
+
+// remaining returns how many more retries l allows at the last prune.
+func (b *retryBudget) remaining(l Limits) float64 {
+	return math.Max(0, allowance(l, b.firsts.total)-float64(b.retries.total))
+}
+
+// allow reports whether one more retry fits the budget at now (b is pruned at
+// now). If not, wait is the time until it will fit if no further first attempt
+// is admitted, found by replaying the expiries of the buckets in the window;
+// when the budget can never admit a retry without new first attempts, wait is
+// one window.
+func (b *retryBudget) allow(now time.Time, l Limits) (ok bool, wait time.Duration) {
+	firsts, retries := b.firsts.total, b.retries.total
+	if float64(retries+1) <= allowance(l, firsts)+budgetEpsilon {
+		return true, 0
+	}
+	win := l.Window
+	rlife := win + budgetQuantum(win)
+	fs, rs := b.firsts.buckets, b.retries.buckets
+	for len(fs) > 0 || len(rs) > 0 {
+		// The next expiry event, and every bucket that expires with it.
+		var t time.Time
+		switch {
+		case len(fs) == 0:
+			t = rs[0].at.Add(rlife)
+		case len(rs) == 0:
+			t = fs[0].at.Add(win)
+		default:
+			t = minTime(fs[0].at.Add(win), rs[0].at.Add(rlife))
+		}
+		for len(fs) > 0 && !fs[0].at.Add(win).After(t) {
+			firsts -= fs[0].n
+			fs = fs[1:]
+		}
+		for len(rs) > 0 && !rs[0].at.Add(rlife).After(t) {
+			retries -= rs[0].n
+			rs = rs[1:]
+		}
+		if float64(retries+1) <= allowance(l, firsts)+budgetEpsilon {
+			return false, max(t.Sub(now), MinWait)
+		}
+	}
+	return false, max(win, MinWait)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,482 @@
+package limiter
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Defaults and bounds. Durations are time.Duration values.
+const (
+	// DefaultRetryPercent is the CONTRACT default of retryBudget.retryPercent
+	// (percent of first attempts), applied by Limits.WithRetryBudget.
+	DefaultRetryPercent int32 = 20
+	// DefaultMinRetriesPerSecond is the CONTRACT default of
+	// retryBudget.minRetriesPerSecond (retries per second), applied by
+	// Limits.WithRetryBudget.
+	DefaultMinRetriesPerSecond int32 = 1
+	// DefaultWindow is the retry-budget sliding window used when Limits.Window
+	// is not positive (10 s).
+	DefaultWindow = 10 * time.Second
+	// DefaultGrace is how long a reservation is kept after the time its key was
+	// told to come back (2 s); see WithGrace.
+	DefaultGrace = 2 * time.Second
+	// DefaultIdleTTL is how long a destination without waiting keys, pause,
+	// retry-budget history or spent tokens is kept (10 min); see WithIdleTTL.
+	DefaultIdleTTL = 10 * time.Minute
+	// MinWait is the smallest wait Admit returns with ok=false (1 ms), so that a
+	// requeue never spins.
+	MinWait = time.Millisecond
+)
+
+// Limits are the admission limits of one destination, as configured on it.
+// They are passed on every Admit; a change (the destination was edited) takes
+// effect at that call, keeping the tokens already in the bucket.
+type Limits struct {
+	// RequestsPerSecond is the sustained rate of the token bucket, in requests
+	// per second. Zero (or negative) means no rate limit: only pauses and the
+	// retry budget apply.
+	RequestsPerSecond int32
+	// Burst is the bucket size, in requests. Non-positive means
+	// RequestsPerSecond.
+	Burst int32
+	// Budget reports whether a retry budget is configured. The three fields
+	// below apply only when it is true; they are taken as given (0 means 0), so
+	// the caller applies the CONTRACT defaults for absent fields, for example
+	// with WithRetryBudget.
+	Budget bool
+	// RetryPercent is the share of the first attempts admitted in the window
+	// that may be retried, in percent (negative means 0).
+	RetryPercent int32
+	// MinRetriesPerSecond is the floor of retries always allowed, in retries per
+	// second of window (negative means 0).
+	MinRetriesPerSecond int32
+	// Window is the length of the retry-budget sliding window. Non-positive
+	// means DefaultWindow.
+	Window time.Duration
+}
+
+// WithRetryBudget returns l with the retry budget configured from the optional
+// CONTRACT fields retryBudget.retryPercent (percent), minRetriesPerSecond
+// (retries per second) and window: nil pointers take DefaultRetryPercent and
+// DefaultMinRetriesPerSecond, a non-positive window DefaultWindow.
+func (l Limits) WithRetryBudget(retryPercent, minRetriesPerSecond *int32, window time.Duration) Limits {
+	l.Budget = true
+	l.RetryPercent = DefaultRetryPercent
+	if retryPercent != nil {
+		l.RetryPercent = *retryPercent
+	}
+	l.MinRetriesPerSecond = DefaultMinRetriesPerSecond
+	if minRetriesPerSecond != nil {
+		l.MinRetriesPerSecond = *minRetriesPerSecond
+	}
+	l.Window = window
+	return l
+}
+
+// normalized returns l with the documented defaults and bounds applied.
+func (l Limits) normalized() Limits {
+	l.RequestsPerSecond = max(l.RequestsPerSecond, 0)
+	if l.Burst <= 0 {
+		l.Burst = l.RequestsPerSecond
+	}
+	if l.RequestsPerSecond == 0 {
+		l.Burst = 0
+	}
+	if !l.Budget {
+		l.RetryPercent, l.MinRetriesPerSecond, l.Window = 0, 0, 0
+	} else {
+		l.RetryPercent = max(l.RetryPercent, 0)
+		l.MinRetriesPerSecond = max(l.MinRetriesPerSecond, 0)
+	}
+	if l.Window <= 0 {
+		l.Window = DefaultWindow
+	}
+	return l
+}
+
+// Reason says why Admit did not admit a request now.
+type Reason string
+
+const (
+	// ReasonRateLimited: the destination's token bucket has no token for this
+	// key yet (others are ahead of it, or the rate is spent).
+	ReasonRateLimited Reason = "RateLimited"
+	// ReasonRetryBudgetExhausted: the request is a retry and the destination's
+	// retry budget is spent for now.
+	ReasonRetryBudgetExhausted Reason = "RetryBudgetExhausted"
+	// ReasonPaused: the destination is paused by a Retry-After (see Pause). It
+	// has the same value as ReasonRateLimited: a pause reads as RateLimited.
+	ReasonPaused Reason = "RateLimited"
+)
+
+// Registry holds the admission state of every destination: token bucket,
+// pause, retry budget and fair queue of waiting keys. Destinations are
+// independent of each other. A Registry is safe for concurrent use.
+type Registry struct {
+	grace   time.Duration
+	idleTTL time.Duration
+
+	mu        sync.Mutex
+	dests     map[string]*destination
+	nextSweep time.Time
+}
+
+// Option configures a Registry.
+type Option func(*Registry)
+
+// WithGrace sets how long a reservation is kept after the time its key was told
+// to come back (default DefaultGrace). A non-positive value is ignored.
+func WithGrace(d time.Duration) Option {
+	return func(r *Registry) {
+		if d > 0 {
+			r.grace = d
+		}
+	}
+}
+
+// WithIdleTTL sets how long an idle destination is kept before its state is
+// dropped (default DefaultIdleTTL). A destination is idle when no key waits,
+// it is not paused, no admission is left in its retry-budget window and its
+// bucket is full again, so dropping it never admits more than the limits
+// allow. A non-positive value is ignored.
+func WithIdleTTL(d time.Duration) Option {
+	return func(r *Registry) {
+		if d > 0 {
+			r.idleTTL = d
+		}
+	}
+}
+
+// NewRegistry returns an empty Registry.
+func NewRegistry(opts ...Option) *Registry {
+	r := &Registry{grace: DefaultGrace, idleTTL: DefaultIdleTTL, dests: map[string]*destination{}}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// destination is the admission state of one destination.
+type destination struct {
+	mu sync.Mutex
+	// dead is set when the state was dropped from the registry; a caller that
+	// still holds it looks it up again.
+	dead bool
+	// limits are the normalized limits of the last Admit; lim is nil when there
+	// is no rate limit.
+	limits Limits
+	lim    *rate.Limiter
+	// last is the latest time seen (time never goes backwards here);
+	// lastActive the time of the latest Admit.
+	last        time.Time
+	lastActive  time.Time
+	pausedUntil time.Time
+	queue       fairQueue
+	budget      retryBudget
+}
+
+func newDestination() *destination {
+	return &destination{limits: Limits{}.normalized(), queue: newFairQueue()}
+}
+
+// lookup returns the live state of dest, creating it if create is set; it
+// returns it locked. It returns nil if it does not exist and create is false.
+func (r *Registry) lookup(dest string, create bool) *destination {
+	for {
+		r.mu.Lock()
+		d := r.dests[dest]
+		if d == nil {
+			if !create {
+				r.mu.Unlock()
+				return nil
+			}
+			d = newDestination()
+			r.dests[dest] = d
+		}
+		r.mu.Unlock()
+		d.mu.Lock()
+		if !d.dead {
+			return d
+		}
+		d.mu.Unlock()
+	}
+}
+
+// Admit asks to send one request now to destination dest (an opaque id such as
+// "Destination/ns/name") for the action key (ns/name) of tenant (namespace) ns,
+// with the destination's current limits l. first is true for an action's first
+// attempt: first attempts never wait on the retry budget, only on the rate
+// limit and pauses.
+//
+// ok=true: a token was consumed (or this key's reserved turn has come), send
+// now; wait is 0 and reason empty. The admission is counted in the retry
+// budget as a first attempt or a retry.
+//
+// ok=false: do not send; ask again after wait (>= MinWait). reason is
+// ReasonPaused (== ReasonRateLimited) while a Retry-After pause lasts,
+// ReasonRetryBudgetExhausted when a retry does not fit the budget (wait is
+// when it will, absent new first attempts), ReasonRateLimited otherwise. A
+// rate-limited or paused key holds a reservation, its place in the fair queue;
+// asking again for the same key does not consume capacity nor move it back.
+// The reservation is dropped when the key does not ask again within the grace
+// period after now+wait, or by Forget. A retry refused by the budget holds no
+// reservation.
+//
+// now is the current time; it is clamped to the latest time seen for dest.
+func (r *Registry) Admit(dest string, l Limits, ns, key string, first bool, now time.Time) (ok bool, wait time.Duration, reason Reason) {
+	r.maybeSweep(now)
+	d := r.lookup(dest, true)
+	defer d.mu.Unlock()
+	clamped := d.clamp(now)
+	ok, wait, reason = d.admit(l, ns, key, first, clamped, r.grace)
+	if !ok {
+		// The wait is counted from the caller's now.
+		wait = addSat(wait, clamped.Sub(now))
+	}
+	return ok, wait, reason
+}
+
+// Pause stops every action of dest until until (a 429/503 Retry-After applies to
+// the whole destination). Later pauses extend a pause, never shorten it.
+func (r *Registry) Pause(dest string, until time.Time) {
+	d := r.lookup(dest, true)
+	defer d.mu.Unlock()
+	if until.After(d.pausedUntil) {
+		d.pausedUntil = until
+	}
+}
+
+// Forget drops the reservation of key on dest, if any (the action finished, was
+// deleted or no longer needs to send).
+func (r *Registry) Forget(dest, key string) {
+	d := r.lookup(dest, false)
+	if d == nil {
+		return
+	}
+	defer d.mu.Unlock()
+	if e := d.queue.get(key); e != nil {
+		d.queue.remove(e)
+	}
+}
+
+// Stats is a snapshot of one destination, for metrics.
+type Stats struct {
+	// Waiting is the number of keys holding a reservation (waiting for a token
+	// or for the end of a pause).
+	Waiting int
+	// WaitingNamespaces is the number of namespaces with waiting keys.
+	WaitingNamespaces int
+	// Limited reports whether a rate limit is configured.
+	Limited bool
+	// Tokens is the number of tokens in the bucket (requests that may be
+	// admitted at once); +Inf when not Limited.
+	Tokens float64
+	// PausedUntil is the end of the current pause; zero when not paused.
+	PausedUntil time.Time
+	// Budget reports whether a retry budget is configured.
+	Budget bool
+	// FirstAttempts and Retries are the admissions counted in the retry-budget
+	// window (counted even without a budget).
+	FirstAttempts int
+	Retries       int
+	// BudgetRemaining is the number of retries the budget still allows now
+	// (fractional, >= 0); +Inf when there is no budget.
+	BudgetRemaining float64
+}
+
+// Stats returns a snapshot of dest at now; ok is false when the registry holds
+// no state for dest (never used, or dropped as idle).
+func (r *Registry) Stats(dest string, now time.Time) (s Stats, ok bool) {
+	d := r.lookup(dest, false)
+	if d == nil {
+		return Stats{}, false
+	}
+	defer d.mu.Unlock()
+	now = d.clamp(now)
+	d.budget.prune(now, d.limits.Window)
+	s = Stats{
+		Waiting:           d.queue.len(),
+		WaitingNamespaces: d.queue.namespaces(),
+		Limited:           d.lim != nil,
+		Tokens:            math.Inf(1),
+		Budget:            d.limits.Budget,
+		FirstAttempts:     d.budget.firsts.total,
+		Retries:           d.budget.retries.total,
+		BudgetRemaining:   math.Inf(1),
+	}
+	if d.lim != nil {
+		s.Tokens = d.lim.TokensAt(now)
+	}
+	if now.Before(d.pausedUntil) {
+		s.PausedUntil = d.pausedUntil
+	}
+	if d.limits.Budget {
+		s.BudgetRemaining = d.budget.remaining(d.limits)
+	}
+	return s, true
+}
+
+// Destinations returns the ids of the destinations the registry holds state
+// for, sorted.
+func (r *Registry) Destinations() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.dests))
+	for id := range r.dests {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// maybeSweep drops stale reservations everywhere and idle destinations, at most
+// once per sweep interval of now.
+func (r *Registry) maybeSweep(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Before(r.nextSweep) {
+		return
+	}
+	r.nextSweep = now.Add(min(max(r.idleTTL/2, time.Second), time.Minute))
+	for id, d := range r.dests {
+		d.mu.Lock()
+		if d.idle(now, r.idleTTL) {
+			d.dead = true
+			delete(r.dests, id)
+		}
+		d.mu.Unlock()
+	}
+}
+
+// clamp returns now, or the latest time already seen if now is before it.
+func (d *destination) clamp(now time.Time) time.Time {
+	if now.Before(d.last) {
+		return d.last
+	}
+	d.last = now
+	return now
+}
+
+// idle expires stale reservations and reports whether d can be dropped at now.
+func (d *destination) idle(now time.Time, ttl time.Duration) bool {
+	now = d.clamp(now)
+	d.queue.expire(now)
+	d.queue.sweep()
+	if d.queue.len() > 0 || now.Before(d.pausedUntil) || now.Sub(d.lastActive) < ttl {
+		return false
+	}
+	d.budget.prune(now, d.limits.Window)
+	if !d.budget.empty() {
+		return false
+	}
+	return d.lim == nil || d.lim.TokensAt(now) >= float64(d.lim.Burst())
+}
+
+// setLimits adapts the bucket to l (normalized) at now.
+func (d *destination) setLimits(l Limits, now time.Time) {
+	old := d.limits
+	d.limits = l
+	switch {
+	case l.RequestsPerSecond == 0:
+		d.lim = nil
+	case d.lim == nil:
+		// New, or the rate limit was just added: a full bucket.
+		d.lim = rate.NewLimiter(rate.Limit(l.RequestsPerSecond), int(l.Burst))
+	default:
+		if l.RequestsPerSecond != old.RequestsPerSecond {
+			d.lim.SetLimitAt(now, rate.Limit(l.RequestsPerSecond))
+		}
+		if l.Burst != old.Burst {
+			d.lim.SetBurstAt(now, int(l.Burst))
+		}
+	}
+}
+
+// admit is Admit on the locked d, at now already clamped.
+func (d *destination) admit(l Limits, ns, key string, first bool, now time.Time, grace time.Duration) (bool, time.Duration, Reason) {
+	d.lastActive = now
+	if l = l.normalized(); l != d.limits {
+		d.setLimits(l, now)
+	}
+	d.queue.expire(now)
+	d.budget.prune(now, d.limits.Window)
+	e := d.queue.get(key)
+
+	if now.Before(d.pausedUntil) {
+		if e == nil {
+			e = d.queue.push(ns, key, now)
+		}
+		// Come back when the pause ends and the tokens for those ahead have
+		// accrued by then, which spreads the restart instead of a herd.
+		wait := d.pausedUntil.Sub(now)
+		if d.lim != nil {
+			wait = addSat(wait, d.slotWait(d.queue.position(e), d.lim.TokensAt(d.pausedUntil)))
+		}
+		wait = max(wait, MinWait)
+		d.queue.setExpires(e, now.Add(addSat(wait, grace)))
+		return false, wait, ReasonPaused
+	}
+
+	if !first && d.limits.Budget {
+		if ok, wait := d.budget.allow(now, d.limits); !ok {
+			if e != nil {
+				d.queue.remove(e)
+			}
+			return false, wait, ReasonRetryBudgetExhausted
+		}
+	}
+
+	if d.lim == nil {
+		if e != nil {
+			d.queue.admitted(e)
+		}
+		d.budget.record(first, now, d.limits.Window)
+		return true, 0, ""
+	}
+
+	if e == nil {
+		e = d.queue.push(ns, key, now)
+	}
+	p := d.queue.position(e)
+	tokens := d.lim.TokensAt(now)
+	// Admit when every key ahead can still be served from the tokens in the
+	// bucket; a late key ahead keeps its token until its grace ends.
+	if float64(p)+1 <= tokens && d.lim.AllowN(now, 1) {
+		d.queue.admitted(e)
+		d.budget.record(first, now, d.limits.Window)
+		return true, 0, ""
+	}
+	wait := d.slotWait(p, tokens)
+	d.queue.setExpires(e, now.Add(addSat(wait, grace)))
+	return false, wait, ReasonRateLimited
+}
+
+// slotWait returns how long until position p can be served, given tokens
+// tokens now and that the keys ahead consume theirs as they accrue. It is
+// rounded up to the microsecond plus one, so that the bucket holds the tokens
+// when the key comes back despite float rounding, and is at least MinWait.
+func (d *destination) slotWait(p int, tokens float64) time.Duration {
+	need := float64(p) + 1 - tokens
+	if need <= 0 {
+		return MinWait
+	}
+	nanos := need / float64(d.limits.RequestsPerSecond) * float64(time.Second)
+	us := math.Ceil(nanos/float64(time.Microsecond)) + 1
+	if us >= float64(math.MaxInt64/int64(time.Microsecond)) {
+		return time.Duration(math.MaxInt64)
+	}
+	return max(time.Duration(us)*time.Microsecond, MinWait)
+}
+
+// addSat returns a+b for non-negative durations, saturating instead of
+// overflowing.
+func addSat(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}

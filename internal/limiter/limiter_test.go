@@ -1,0 +1,628 @@
+package limiter
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const destA, destB = "Destination/team-a/payments", "ClusterDestination/mail"
+
+// (1) 5 rps burst 5, 200 keys of one namespace: the bucket bound holds in every
+// interval, no 1 s window after the start sees more than 5, and the backlog
+// drains at the full rate.
+func TestRateBound200Keys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		late func(string) time.Duration
+	}{
+		{name: "punctual"},
+		{name: "late callers", late: func() func(string) time.Duration {
+			rnd := rand.New(rand.NewPCG(1, 2))
+			return func(string) time.Duration { return time.Duration(rnd.Int64N(int64(300 * time.Millisecond))) }
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := Limits{RequestsPerSecond: 5, Burst: 5}
+			s := newSimulation(NewRegistry(), map[string]Limits{destA: l})
+			s.late = tc.late
+			s.run(t, asks(destA, "shop", 200, t0))
+			adm := s.of(destA)
+			checkOnce(t, adm, keys("shop", 200))
+			checkBucket(t, adm, 5, 5)
+			if n := maxInWindow(adm, time.Second, t0); n > 5+5 {
+				t.Fatalf("a 1s window saw %d admissions, want <= burst + 5/s = 10", n)
+			}
+			if tc.late == nil {
+				// 5 at once, then one every 200 ms (to the microsecond: the
+				// wait is rounded up), so no 1s window after the burst sees
+				// more than 5 and the last goes at 39 s.
+				for i := 6; i < len(adm); i++ {
+					if gap := adm[i].at.Sub(adm[i-1].at); gap < 200*time.Millisecond-5*time.Microsecond {
+						t.Fatalf("admissions %d and %d %v apart, want 200ms", i, i+1, gap)
+					}
+				}
+				if n := maxInWindow(adm, time.Second-10*time.Microsecond, sec(0.001)); n > 5 {
+					t.Fatalf("a 1s window after the burst saw %d admissions, want <= 5", n)
+				}
+				if last := adm[len(adm)-1].at.Sub(t0); last < 39*time.Second || last > 39*time.Second+10*time.Millisecond {
+					t.Fatalf("last admission at %v, want ~39s", last)
+				}
+				// One namespace: FIFO.
+				for i, a := range adm {
+					if want := fmt.Sprintf("shop/k%03d", i); a.key != want {
+						t.Fatalf("admission %d is %s, want %s (FIFO)", i, a.key, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// (2) Namespace A asks for 100 keys at t=0, B for 5 at t=0.01 s: B does not
+// wait behind A's backlog, the two alternate, and each is served FIFO.
+func TestFairnessAcrossNamespaces(t *testing.T) {
+	l := Limits{RequestsPerSecond: 5, Burst: 5}
+	s := newSimulation(NewRegistry(), map[string]Limits{destA: l})
+	s.run(t, append(asks(destA, "a", 100, t0), asks(destA, "b", 5, sec(0.01))...))
+	adm := s.of(destA)
+	checkOnce(t, adm, append(keys("a", 100), keys("b", 5)...))
+	checkBucket(t, adm, 5, 5)
+
+	var bAt []int // 1-based admission numbers of b's keys
+	next := map[string]int{}
+	for i, a := range adm {
+		if want := fmt.Sprintf("%s/k%03d", a.ns, next[a.ns]); a.key != want {
+			t.Fatalf("admission %d of %s is %s, want %s (FIFO within a namespace)", i+1, a.ns, a.key, want)
+		}
+		next[a.ns]++
+		if a.ns == "b" {
+			bAt = append(bAt, i+1)
+		}
+	}
+	// a's burst of 5 went at t=0 before b existed; from then on b and a
+	// alternate, b first: admissions 6, 8, 10, 12, 14 (FCFS would be 101..105).
+	if want := []int{6, 8, 10, 12, 14}; !slices.Equal(bAt, want) {
+		t.Fatalf("b admitted as admissions %v, want %v", bAt, want)
+	}
+	if last := adm[13].at.Sub(t0); last > 2*time.Second {
+		t.Fatalf("b's last key admitted at %v, want <= 2s", last)
+	}
+}
+
+// Three backlogged namespaces share the rate round-robin: in every prefix of
+// the admissions the counts differ by at most one, whatever the arrival order.
+func TestFairnessThreeNamespacesRoundRobin(t *testing.T) {
+	l := Limits{RequestsPerSecond: 10, Burst: 1}
+	var events []event
+	events = append(events, asks(destA, "x", 60, t0)...)
+	events = append(events, asks(destA, "y", 30, sec(0.05))...)
+	events = append(events, asks(destA, "z", 60, sec(0.05))...)
+	s := newSimulation(NewRegistry(), map[string]Limits{destA: l})
+	s.run(t, events)
+	adm := s.of(destA)
+	checkBucket(t, adm, 10, 1)
+	count := map[string]int{}
+	for i, a := range adm {
+		count[a.ns]++
+		if i == 0 || count["y"] == 30 {
+			continue // x's first key went alone; stop when y is drained
+		}
+		lo, hi := math.MaxInt, 0
+		for _, ns := range []string{"x", "y", "z"} {
+			c := count[ns]
+			if ns == "x" {
+				c-- // x's head start at t=0
+			}
+			lo, hi = min(lo, c), max(hi, c)
+		}
+		if hi-lo > 1 {
+			t.Fatalf("after %d admissions counts %v are not round-robin", i+1, count)
+		}
+	}
+}
+
+// (3) Destinations are independent: a backlogged and paused A does not delay B.
+func TestDestinationsIndependent(t *testing.T) {
+	limits := map[string]Limits{
+		destA: {RequestsPerSecond: 5, Burst: 5},
+		destB: {RequestsPerSecond: 1, Burst: 1},
+	}
+	s := newSimulation(NewRegistry(), limits)
+	events := asks(destA, "a", 200, t0)
+	events = append(events, event{at: sec(0.1), dest: destA, pauseUntil: sec(10)})
+	events = append(events, event{at: sec(0.5), dest: destB, ns: "a", key: "a/mail", first: true})
+	events = append(events, event{at: sec(3), dest: destB, ns: "b", key: "b/mail", first: true})
+	s.run(t, events)
+	b := s.of(destB)
+	if len(b) != 2 || !b[0].at.Equal(sec(0.5)) || !b[1].at.Equal(sec(3)) {
+		t.Fatalf("B's admissions %+v, want a/mail at 0.5s and b/mail at 3s (no wait)", b)
+	}
+	for _, a := range s.of(destA) {
+		if !a.at.Before(sec(0.1)) && a.at.Before(sec(10)) {
+			t.Fatalf("A admitted %s at %v during its pause", a.key, a.at.Sub(t0))
+		}
+	}
+	checkOnce(t, s.of(destA), keys("a", 200))
+}
+
+// (4) Pause: nothing is admitted before the end, admissions resume after it at
+// the configured rate, later pauses extend and never shorten.
+func TestPause(t *testing.T) {
+	l := Limits{RequestsPerSecond: 5, Burst: 5}
+	s := newSimulation(NewRegistry(), map[string]Limits{destA: l})
+	events := asks(destA, "a", 30, t0)
+	events = append(events,
+		event{at: sec(1.05), dest: destA, pauseUntil: sec(5)}, // 429 Retry-After
+		event{at: sec(1.10), dest: destA, pauseUntil: sec(3)}, // shorter: ignored
+		event{at: sec(2.00), dest: destA, pauseUntil: sec(7)}, // longer: extends
+		event{at: sec(2.50), dest: destA, pauseUntil: sec(6)}, // shorter: ignored
+	)
+	s.run(t, events)
+	adm := s.of(destA)
+	checkOnce(t, adm, keys("a", 30))
+	checkBucket(t, adm, 5, 5)
+	before, after := 0, 0
+	for _, a := range adm {
+		switch {
+		case a.at.Before(sec(1.05)):
+			before++
+		case a.at.Before(sec(7)):
+			t.Fatalf("%s admitted at %v during the pause", a.key, a.at.Sub(t0))
+		default:
+			after++
+		}
+	}
+	if before != 10 { // burst 5 at 0, then 0.2 .. 1.0
+		t.Fatalf("%d admitted before the pause, want 10", before)
+	}
+	if !adm[before].at.Equal(sec(7)) && adm[before].at.Sub(sec(7)) > 10*time.Millisecond {
+		t.Fatalf("first admission after the pause at %v, want ~7s", adm[before].at.Sub(t0))
+	}
+	paused := 0
+	for _, rf := range s.refused {
+		if !rf.at.Before(sec(1.05)) && rf.at.Before(sec(7)) {
+			paused++
+			if rf.reason != ReasonPaused {
+				t.Fatalf("refusal during the pause has reason %q, want %q", rf.reason, ReasonPaused)
+			}
+			if rf.at.Add(rf.wait).Before(sec(5)) {
+				t.Fatalf("refusal at %v says come back after %v, before the pause ends", rf.at.Sub(t0), rf.wait)
+			}
+		}
+	}
+	if paused == 0 {
+		t.Fatal("no refusal during the pause")
+	}
+}
+
+// A pause on a fresh destination, huge pauses and pauses without a rate limit.
+func TestPauseEdges(t *testing.T) {
+	r := NewRegistry()
+	r.Pause(destA, sec(10))
+	ok, wait, reason := r.Admit(destA, Limits{}, "a", "a/x", true, t0)
+	if ok || wait != 10*time.Second || reason != ReasonPaused {
+		t.Fatalf("unlimited paused: got %v %v %q, want false 10s %q", ok, wait, reason, ReasonPaused)
+	}
+	if ok, _, _ := r.Admit(destA, Limits{}, "a", "a/x", true, sec(10)); !ok {
+		t.Fatal("not admitted at the end of the pause")
+	}
+	far := t0.AddDate(200, 0, 0)
+	r.Pause(destB, far)
+	ok, wait, reason = r.Admit(destB, Limits{RequestsPerSecond: 1}, "a", "a/y", true, t0)
+	if ok || wait <= 0 || reason != ReasonPaused {
+		t.Fatalf("far pause: got %v %v %q", ok, wait, reason)
+	}
+	st, _ := r.Stats(destB, t0)
+	if !st.PausedUntil.Equal(far) || st.Waiting != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// (5) Retry budget: 10 first attempts in the window, 20% and no floor: two
+// retries, then RetryBudgetExhausted with a positive wait; first attempts are
+// not affected and raise the budget.
+func TestRetryBudget(t *testing.T) {
+	r := NewRegistry()
+	pct, floor := int32(20), int32(0)
+	l := Limits{}.WithRetryBudget(&pct, &floor, 10*time.Second)
+	for i := range 10 {
+		if ok, _, _ := r.Admit(destA, l, "a", fmt.Sprintf("a/f%d", i), true, sec(0.1*float64(i))); !ok {
+			t.Fatalf("first attempt %d refused", i)
+		}
+	}
+	for i := range 2 {
+		if ok, w, why := r.Admit(destA, l, "a", fmt.Sprintf("a/f%d", i), false, sec(1)); !ok {
+			t.Fatalf("retry %d refused: %v %q", i, w, why)
+		}
+	}
+	ok, wait, reason := r.Admit(destA, l, "a", "a/f2", false, sec(1))
+	if ok || reason != ReasonRetryBudgetExhausted || wait <= 0 {
+		t.Fatalf("third retry: got %v %v %q, want refused RetryBudgetExhausted with a positive wait", ok, wait, reason)
+	}
+	st, _ := r.Stats(destA, sec(1))
+	if st.Waiting != 0 || st.FirstAttempts != 10 || st.Retries != 2 || st.BudgetRemaining != 0 || !st.Budget {
+		t.Fatalf("stats %+v", st)
+	}
+	// First attempts never wait on the budget.
+	for i := 10; i < 15; i++ {
+		if ok, _, _ := r.Admit(destA, l, "a", fmt.Sprintf("a/f%d", i), true, sec(1.5)); !ok {
+			t.Fatalf("first attempt %d refused while the budget is spent", i)
+		}
+	}
+	// 15 first attempts allow 3 retries.
+	if ok, _, _ := r.Admit(destA, l, "a", "a/f2", false, sec(1.5)); !ok {
+		t.Fatal("retry refused though 15 first attempts allow 3")
+	}
+	if ok, _, reason := r.Admit(destA, l, "a", "a/f3", false, sec(1.5)); ok || reason != ReasonRetryBudgetExhausted {
+		t.Fatal("fourth retry admitted")
+	}
+}
+
+// The wait of an exhausted budget is when the oldest retry leaves the window.
+func TestRetryBudgetWait(t *testing.T) {
+	r := NewRegistry()
+	// Floor only: 1 retry/s over a 2 s window = 2 retries per window.
+	l := Limits{Budget: true, RetryPercent: 0, MinRetriesPerSecond: 1, Window: 2 * time.Second}
+	for i, at := range []float64{0, 0.5} {
+		if ok, _, _ := r.Admit(destA, l, "a", fmt.Sprintf("a/r%d", i), false, sec(at)); !ok {
+			t.Fatalf("retry %d refused", i)
+		}
+	}
+	ok, wait, reason := r.Admit(destA, l, "a", "a/r2", false, sec(0.6))
+	// The retry at 0 leaves at 0 + 2 s + one 10 ms bucket.
+	if ok || reason != ReasonRetryBudgetExhausted || wait != 1410*time.Millisecond {
+		t.Fatalf("got %v %v %q, want refused for 1.41s", ok, wait, reason)
+	}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/r2", false, sec(0.6).Add(wait-time.Microsecond)); ok {
+		t.Fatal("admitted before the returned wait")
+	}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/r2", false, sec(0.6).Add(wait)); !ok {
+		t.Fatal("refused at the returned wait")
+	}
+	// No floor and no first attempts: nothing frees the budget; come back in a window.
+	r2 := NewRegistry()
+	l2 := Limits{Budget: true, RetryPercent: 20}
+	ok, wait, reason = r2.Admit(destA, l2, "a", "a/x", false, t0)
+	if ok || reason != ReasonRetryBudgetExhausted || wait != DefaultWindow {
+		t.Fatalf("got %v %v %q, want refused for the default window", ok, wait, reason)
+	}
+	// Without a budget retries are only rate limited.
+	if ok, _, _ := r2.Admit(destB, Limits{}, "a", "a/x", false, t0); !ok {
+		t.Fatal("retry refused without a budget")
+	}
+}
+
+// A retry that waited for a token rechecks the budget when its turn comes and
+// then leaves the queue.
+func TestRetryBudgetWithRateLimit(t *testing.T) {
+	r := NewRegistry()
+	l := Limits{RequestsPerSecond: 1, Burst: 1, Budget: true, RetryPercent: 0, MinRetriesPerSecond: 1, Window: time.Second}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/x", false, t0); !ok {
+		t.Fatal("first retry refused")
+	}
+	ok, wait, reason := r.Admit(destA, l, "a", "a/y", false, sec(0.1))
+	if ok || reason != ReasonRetryBudgetExhausted {
+		t.Fatalf("got %v %v %q", ok, wait, reason)
+	}
+	if st, _ := r.Stats(destA, sec(0.1)); st.Waiting != 0 {
+		t.Fatalf("a budget refusal holds a reservation: %+v", st)
+	}
+}
+
+// (6) Asking again before the slot consumes no capacity and keeps the place.
+func TestReaskKeepsPlace(t *testing.T) {
+	r := NewRegistry()
+	l := Limits{RequestsPerSecond: 1, Burst: 1}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/k0", true, t0); !ok {
+		t.Fatal("k0 refused")
+	}
+	ok, wait, reason := r.Admit(destA, l, "a", "a/k1", true, t0)
+	if ok || reason != ReasonRateLimited {
+		t.Fatalf("k1: got %v %v %q", ok, wait, reason)
+	}
+	slot := t0.Add(wait)
+	for i := 1; i < 10; i++ {
+		now := sec(0.1 * float64(i))
+		ok, w, _ := r.Admit(destA, l, "a", "a/k1", true, now)
+		if ok {
+			t.Fatalf("k1 admitted at %v, before its slot", now.Sub(t0))
+		}
+		if d := now.Add(w).Sub(slot); d < -time.Microsecond || d > time.Microsecond {
+			t.Fatalf("re-ask at %v moved the slot by %v", now.Sub(t0), d)
+		}
+		st, _ := r.Stats(destA, now)
+		if want := 0.1 * float64(i); math.Abs(st.Tokens-want) > 1e-9 || st.Waiting != 1 {
+			t.Fatalf("re-ask consumed capacity: stats %+v, want tokens %.1f", st, want)
+		}
+	}
+	// k2 arrives later and is behind k1.
+	ok, w2, _ := r.Admit(destA, l, "a", "a/k2", true, sec(0.5))
+	if ok || sec(0.5).Add(w2).Before(slot.Add(time.Second-time.Millisecond)) {
+		t.Fatalf("k2: got %v, come back at %v; want behind k1's slot %v", ok, sec(0.5).Add(w2).Sub(t0), slot.Sub(t0))
+	}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/k1", true, slot); !ok {
+		t.Fatal("k1 refused at its slot")
+	}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/k2", true, sec(0.5).Add(w2)); !ok {
+		t.Fatal("k2 refused at its slot")
+	}
+}
+
+// (7) A reservation not claimed within the grace period is dropped and its
+// capacity goes to the next key.
+func TestGraceDropsUnclaimedReservation(t *testing.T) {
+	r := NewRegistry(WithGrace(2 * time.Second))
+	l := Limits{RequestsPerSecond: 1, Burst: 1}
+	r.Admit(destA, l, "a", "a/k0", true, t0)
+	_, wx, _ := r.Admit(destA, l, "a", "a/x", true, t0) // slot ~1s, never comes back
+	_, wy, _ := r.Admit(destA, l, "a", "a/y", true, t0) // slot ~2s
+	if wx <= 0 || wy <= wx {
+		t.Fatalf("waits x %v y %v", wx, wy)
+	}
+	// At y's slot x still holds its reservation (1s + 2s grace): y waits.
+	if ok, _, _ := r.Admit(destA, l, "a", "a/y", true, t0.Add(wy)); ok {
+		t.Fatal("y admitted while x's reservation is within grace")
+	}
+	// Just after x's grace: x is dropped, y takes the token.
+	after := t0.Add(wx).Add(2 * time.Second).Add(time.Microsecond)
+	if ok, w, why := r.Admit(destA, l, "a", "a/y", true, after); !ok {
+		t.Fatalf("y refused after x's grace ended: %v %q", w, why)
+	}
+	if st, _ := r.Stats(destA, after); st.Waiting != 0 {
+		t.Fatalf("x's reservation not dropped: %+v", st)
+	}
+	// x coming back late starts over at the end of the queue, like a new key.
+	ok, w, _ := r.Admit(destA, l, "a", "a/x", true, after)
+	if ok || w < 900*time.Millisecond {
+		t.Fatalf("late x: got %v %v, want a fresh wait of ~1s", ok, w)
+	}
+}
+
+// The same, in a simulation: a vanished head delays the others by at most the
+// grace period and every token is used afterwards.
+func TestGraceInSimulation(t *testing.T) {
+	l := Limits{RequestsPerSecond: 5, Burst: 1}
+	s := newSimulation(NewRegistry(WithGrace(time.Second)), map[string]Limits{destA: l})
+	s.vanish = map[string]bool{"a/k001": true, "a/k002": true}
+	s.run(t, asks(destA, "a", 20, t0))
+	adm := s.of(destA)
+	if len(adm) != 18 {
+		t.Fatalf("%d admitted, want 18", len(adm))
+	}
+	checkBucket(t, adm, 5, 1)
+	// k001's slot is 0.2 s and k002's 0.4 s: k003 goes when k002's grace ends
+	// (1.4 s), then the rest at 5/s. The keys behind learn about the dropped
+	// reservations only when they ask again, so each dropped one may leave one
+	// token unused (a hole of 200 ms).
+	if got := adm[1].at.Sub(t0); got < 1400*time.Millisecond || got > 1410*time.Millisecond {
+		t.Fatalf("k003 admitted at %v, want just after 1.4s", got)
+	}
+	if last := adm[17].at.Sub(adm[1].at); last > (16+2)*200*time.Millisecond+10*time.Millisecond {
+		t.Fatalf("the rest took %v, want <= 3.6s", last)
+	}
+	if st, _ := s.r.Stats(destA, adm[17].at); st.Waiting != 0 {
+		t.Fatalf("stale reservations kept: %+v", st)
+	}
+}
+
+func TestForget(t *testing.T) {
+	r := NewRegistry()
+	l := Limits{RequestsPerSecond: 1, Burst: 1}
+	r.Admit(destA, l, "a", "a/k0", true, t0)
+	r.Admit(destA, l, "a", "a/x", true, t0)
+	_, wy, _ := r.Admit(destA, l, "a", "a/y", true, t0)
+	r.Forget(destA, "a/x")
+	r.Forget(destA, "a/unknown")
+	r.Forget("Destination/none/none", "a/x")
+	ok, w, _ := r.Admit(destA, l, "a", "a/y", true, sec(0.5))
+	if ok || sec(0.5).Add(w).After(t0.Add(wy)) || w > 600*time.Millisecond {
+		t.Fatalf("y after x was forgotten: got %v %v, want its slot to move to ~1s", ok, w)
+	}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/y", true, sec(0.5).Add(w)); !ok {
+		t.Fatal("y refused at its new slot")
+	}
+}
+
+// Limits change between calls: the bucket adapts and keeps its tokens.
+func TestLimitsChange(t *testing.T) {
+	r := NewRegistry()
+	fast := Limits{RequestsPerSecond: 10, Burst: 10}
+	for i := range 10 {
+		if ok, _, _ := r.Admit(destA, fast, "a", fmt.Sprintf("a/f%d", i), true, t0); !ok {
+			t.Fatalf("burst %d refused", i)
+		}
+	}
+	slow := Limits{RequestsPerSecond: 1, Burst: 2}
+	ok, w, _ := r.Admit(destA, slow, "a", "a/s", true, t0)
+	if ok || w < time.Second-time.Millisecond || w > time.Second+time.Millisecond {
+		t.Fatalf("after slowing down: got %v %v, want ~1s", ok, w)
+	}
+	if st, _ := r.Stats(destA, sec(10)); st.Tokens != 2 {
+		t.Fatalf("burst not lowered: %+v", st)
+	}
+	// Rate limit removed: everything goes.
+	for i := range 50 {
+		if ok, _, _ := r.Admit(destA, Limits{}, "a", fmt.Sprintf("a/u%d", i), true, sec(10)); !ok {
+			t.Fatal("refused without a rate limit")
+		}
+	}
+	if st, _ := r.Stats(destA, sec(10)); st.Limited || !math.IsInf(st.Tokens, 1) || st.Waiting != 0 {
+		t.Fatalf("stats without a rate limit %+v", st)
+	}
+	// Rate limit back: a fresh bucket of Burst (defaulting to the rate).
+	back := Limits{RequestsPerSecond: 3}
+	n := 0
+	for i := range 10 {
+		if ok, _, _ := r.Admit(destA, back, "a", fmt.Sprintf("a/b%d", i), true, sec(10)); ok {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d admitted with a fresh bucket of 3", n)
+	}
+}
+
+// Callers racing with slightly different clocks cannot mint tokens.
+func TestTimeNeverGoesBack(t *testing.T) {
+	r := NewRegistry()
+	l := Limits{RequestsPerSecond: 1, Burst: 1}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/1", true, sec(10)); !ok {
+		t.Fatal("refused")
+	}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/2", true, sec(5)); ok {
+		t.Fatal("admitted with an earlier clock")
+	}
+	r.Forget(destA, "a/2")
+	if ok, _, _ := r.Admit(destA, l, "a", "a/3", true, sec(10.5)); ok {
+		t.Fatal("admitted half a second after the last token")
+	}
+	r.Forget(destA, "a/3")
+	if ok, _, _ := r.Admit(destA, l, "a", "a/4", true, sec(11)); !ok {
+		t.Fatal("refused a second after the last token")
+	}
+}
+
+// Memory stays bounded: idle destinations are dropped, but never while they
+// hold state that matters (waiting keys, a pause, spent tokens, budget).
+func TestIdleDestinationsDropped(t *testing.T) {
+	r := NewRegistry(WithIdleTTL(time.Minute), WithGrace(time.Second))
+	l := Limits{RequestsPerSecond: 1, Burst: 100, Budget: true, RetryPercent: 20, MinRetriesPerSecond: 1}
+	for i := range 100 {
+		r.Admit("spent", l, "a", fmt.Sprintf("a/%d", i), true, t0)
+	}
+	r.Admit("idle", Limits{RequestsPerSecond: 5}, "a", "a/x", true, t0)
+	r.Admit("waiting", Limits{RequestsPerSecond: 1}, "a", "a/x", true, t0)
+	r.Admit("waiting", Limits{RequestsPerSecond: 1}, "a", "a/y", true, t0) // holds a reservation
+	r.Pause("paused", t0.Add(time.Hour))
+	r.Admit("vanished", Limits{RequestsPerSecond: 1}, "a", "a/x", true, t0)
+	r.Admit("vanished", Limits{RequestsPerSecond: 1}, "a", "a/y", true, t0) // y never comes back
+
+	r.Admit("waiting", Limits{RequestsPerSecond: 1}, "a", "a/y", true, sec(0.5)) // y asks again, then goes away
+	r.Admit("tick", Limits{}, "a", "a/t", true, sec(90))
+	// "idle", "vanished" and "waiting" (whose reservation expired) are gone;
+	// "spent" has 90 of 100 tokens back, "paused" is paused.
+	if got, want := r.Destinations(), []string{"paused", "spent", "tick"}; !slices.Equal(got, want) {
+		t.Fatalf("after 90s: %v, want %v", got, want)
+	}
+	r.Admit("tick", Limits{}, "a", "a/t", true, sec(200))
+	if got, want := r.Destinations(), []string{"paused", "tick"}; !slices.Equal(got, want) {
+		t.Fatalf("after 200s: %v, want %v", got, want)
+	}
+	if _, ok := r.Stats("spent", sec(200)); ok {
+		t.Fatal("stats of a dropped destination")
+	}
+	r.Admit("tick", Limits{}, "a", "a/t", true, sec(3700))
+	if got, want := r.Destinations(), []string{"tick"}; !slices.Equal(got, want) {
+		t.Fatalf("after the pause: %v, want %v", got, want)
+	}
+}
+
+// A waiting key keeps its destination alive while it keeps asking.
+func TestWaitingDestinationKept(t *testing.T) {
+	r := NewRegistry(WithIdleTTL(time.Second))
+	l := Limits{RequestsPerSecond: 1, Burst: 1}
+	r.Pause(destA, sec(100))
+	for s := 0.0; s < 100; s += 5 {
+		if ok, _, _ := r.Admit(destA, l, "a", "a/x", true, sec(s)); ok {
+			t.Fatalf("admitted at %vs during the pause", s)
+		}
+		r.Admit(destB, Limits{}, "b", "b/t", true, sec(s))
+	}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/x", true, sec(100)); !ok {
+		t.Fatal("refused after the pause")
+	}
+}
+
+// Random workload: several namespaces, late and vanishing callers, Forget and
+// limit changes; the token-bucket bound always holds.
+func TestRandomizedBound(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rnd := rand.New(rand.NewPCG(seed, 99))
+			rps, burst := 1+rnd.Int32N(20), 1+rnd.Int32N(10)
+			l := Limits{RequestsPerSecond: rps, Burst: burst}
+			s := newSimulation(NewRegistry(WithGrace(500*time.Millisecond)), map[string]Limits{destA: l})
+			s.late = func(string) time.Duration { return time.Duration(rnd.Int64N(int64(700 * time.Millisecond))) }
+			s.vanish = map[string]bool{}
+			var events []event
+			for i := range 300 {
+				ns := fmt.Sprintf("ns%d", rnd.IntN(4))
+				key := fmt.Sprintf("%s/k%d", ns, i)
+				if rnd.IntN(10) == 0 {
+					s.vanish[key] = true
+				}
+				events = append(events, event{at: sec(rnd.Float64() * 20), dest: destA, ns: ns, key: key, first: rnd.IntN(2) == 0})
+			}
+			s.run(t, events)
+			adm := s.of(destA)
+			checkBucket(t, adm, float64(rps), float64(burst))
+			if len(adm)+len(s.vanish) < 300 {
+				t.Fatalf("%d admitted, %d vanished, of 300", len(adm), len(s.vanish))
+			}
+		})
+	}
+}
+
+// Concurrent callers (run with -race): the bound holds per destination.
+func TestConcurrentCallers(t *testing.T) {
+	r := NewRegistry(WithGrace(50*time.Millisecond), WithIdleTTL(time.Second))
+	dests := []string{"d0", "d1", "d2"}
+	limits := Limits{RequestsPerSecond: 50, Burst: 10, Budget: true, RetryPercent: 50, MinRetriesPerSecond: 5}
+	var clock atomic.Int64 // nanoseconds since t0
+	var admitted [3]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(uint64(g), 7))
+			for i := range 3000 {
+				now := t0.Add(time.Duration(clock.Add(int64(rnd.IntN(200)) * int64(time.Microsecond))))
+				di := rnd.IntN(len(dests))
+				ns := fmt.Sprintf("ns%d", rnd.IntN(3))
+				key := fmt.Sprintf("%s/g%d-%d", ns, g, rnd.IntN(50))
+				switch rnd.IntN(40) {
+				case 0:
+					r.Pause(dests[di], now.Add(time.Duration(rnd.IntN(100))*time.Millisecond))
+				case 1:
+					r.Forget(dests[di], key)
+				case 2:
+					r.Stats(dests[di], now)
+					r.Destinations()
+				default:
+					if ok, _, _ := r.Admit(dests[di], limits, ns, key, i%3 != 0, now); ok {
+						admitted[di].Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Duration(clock.Load()).Seconds()
+	for i := range dests {
+		if n, limit := float64(admitted[i].Load()), 10+50*elapsed; n > limit+1e-6 || n == 0 {
+			t.Fatalf("%s: %v admitted in %.3fs, bound %.1f", dests[i], n, elapsed, limit)
+		}
+	}
+}
+
+func TestWithRetryBudgetDefaults(t *testing.T) {
+	l := Limits{RequestsPerSecond: 5}.WithRetryBudget(nil, nil, 0)
+	want := Limits{RequestsPerSecond: 5, Budget: true, RetryPercent: DefaultRetryPercent, MinRetriesPerSecond: DefaultMinRetriesPerSecond}
+	if l != want {
+		t.Fatalf("got %+v, want %+v", l, want)
+	}
+	if n := l.normalized(); n.Window != DefaultWindow || n.Burst != 5 {
+		t.Fatalf("normalized %+v", n)
+	}
+	zero := int32(0)
+	if l := (Limits{}).WithRetryBudget(&zero, &zero, time.Minute); l.RetryPercent != 0 || l.MinRetriesPerSecond != 0 || l.Window != time.Minute {
+		t.Fatalf("explicit zeros not kept: %+v", l)
+	}
+}

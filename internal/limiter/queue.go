@@ -1,0 +1,183 @@
+package limiter
+
+import (
+	"cmp"
+	"container/heap"
+	"slices"
+	"time"
+)
+
+// entry is the reservation of one waiting key on one destination.
+type entry struct {
+	key string
+	ns  string
+	// tag is the start tag (virtual time) of the reservation; seq breaks ties by
+	// arrival order.
+	tag int64
+	seq int64
+	// expires is the instant after which an unclaimed reservation is dropped:
+	// the time the key was told to come back plus the grace period.
+	expires time.Time
+	// hidx is the index of the entry in the expiry heap.
+	hidx int
+}
+
+// serviceOrder orders reservations by service: by tag, then by arrival.
+func serviceOrder(a, b *entry) int {
+	if c := cmp.Compare(a.tag, b.tag); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.seq, b.seq)
+}
+
+// nsQueue holds the waiting keys of one namespace, in service (and arrival)
+// order: tags are strictly increasing.
+type nsQueue struct {
+	entries []*entry
+	// next is one past the tag of the namespace's last admitted key (the finish
+	// tag of start-time fair queuing): its next key starts no earlier.
+	next int64
+}
+
+// fairQueue is the start-time fair queue of one destination (see the package
+// documentation).
+type fairQueue struct {
+	byKey map[string]*entry
+	byNS  map[string]*nsQueue
+	exp   expiryHeap
+	// vt is the virtual clock: the largest tag admitted so far.
+	vt  int64
+	seq int64
+}
+
+func newFairQueue() fairQueue {
+	return fairQueue{byKey: map[string]*entry{}, byNS: map[string]*nsQueue{}}
+}
+
+// len returns the number of waiting keys.
+func (q *fairQueue) len() int { return len(q.byKey) }
+
+// get returns the reservation of key, or nil.
+func (q *fairQueue) get(key string) *entry { return q.byKey[key] }
+
+// push starts a reservation for key of namespace ns, expiring at expires.
+func (q *fairQueue) push(ns, key string, expires time.Time) *entry {
+	nq := q.byNS[ns]
+	if nq == nil {
+		nq = &nsQueue{}
+		q.byNS[ns] = nq
+	}
+	tag := max(q.vt, nq.next)
+	if n := len(nq.entries); n > 0 {
+		tag = max(tag, nq.entries[n-1].tag+1)
+	}
+	q.seq++
+	e := &entry{key: key, ns: ns, tag: tag, seq: q.seq, expires: expires}
+	nq.entries = append(nq.entries, e)
+	q.byKey[key] = e
+	heap.Push(&q.exp, e)
+	return e
+}
+
+// position returns the number of waiting keys served before e.
+func (q *fairQueue) position(e *entry) int {
+	p := 0
+	for _, nq := range q.byNS {
+		i, _ := slices.BinarySearchFunc(nq.entries, e, serviceOrder)
+		p += i
+	}
+	return p
+}
+
+// remove drops the reservation e.
+func (q *fairQueue) remove(e *entry) {
+	if q.byKey[e.key] != e {
+		return
+	}
+	delete(q.byKey, e.key)
+	heap.Remove(&q.exp, e.hidx)
+	nq := q.byNS[e.ns]
+	if i, found := slices.BinarySearchFunc(nq.entries, e, serviceOrder); found {
+		nq.entries = slices.Delete(nq.entries, i, i+1)
+	}
+	q.dropIdle(e.ns, nq)
+}
+
+// dropIdle forgets namespace ns when it has no waiting key and its next key
+// would start at the virtual clock anyway: an idle namespace has neither
+// credit nor debt.
+func (q *fairQueue) dropIdle(ns string, nq *nsQueue) {
+	if len(nq.entries) == 0 && nq.next <= q.vt {
+		delete(q.byNS, ns)
+	}
+}
+
+// admitted drops the reservation e after it was served and advances the
+// virtual clock and the namespace's finish tag.
+func (q *fairQueue) admitted(e *entry) {
+	if q.byKey[e.key] != e {
+		return
+	}
+	q.vt = max(q.vt, e.tag)
+	nq := q.byNS[e.ns]
+	nq.next = max(nq.next, e.tag+1)
+	q.remove(e)
+}
+
+// namespaces returns the number of namespaces with waiting keys.
+func (q *fairQueue) namespaces() int {
+	n := 0
+	for _, nq := range q.byNS {
+		if len(nq.entries) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// sweep forgets the idle namespaces the virtual clock has passed.
+func (q *fairQueue) sweep() {
+	for ns, nq := range q.byNS {
+		q.dropIdle(ns, nq)
+	}
+}
+
+// setExpires moves the expiry of e.
+func (q *fairQueue) setExpires(e *entry, t time.Time) {
+	e.expires = t
+	heap.Fix(&q.exp, e.hidx)
+}
+
+// expire drops every reservation that expired before now.
+func (q *fairQueue) expire(now time.Time) {
+	for len(q.exp) > 0 && q.exp[0].expires.Before(now) {
+		q.remove(q.exp[0])
+	}
+}
+
+// expiryHeap is a min-heap of reservations by expiry.
+type expiryHeap []*entry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx = i
+	h[j].hidx = j
+}
+
+func (h *expiryHeap) Push(x any) {
+	e := x.(*entry)
+	e.hidx = len(*h)
+	*h = append(*h, e)
+}
+
+func (h *expiryHeap) Pop() any {
+	old := *h
+	n := len(old)
+	e := old[n-1]
+	old[n-1] = nil
+	*h = old[:n-1]
+	e.hidx = -1
+	return e
+}

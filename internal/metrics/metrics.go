@@ -1,0 +1,80 @@
+// Package metrics defines actionledger's Prometheus metrics (CONTRACT "Metrics") on controller-runtime's
+// registry, served on the manager's metrics endpoint. Labels are low-cardinality: the destination
+// ("Destination/<namespace>/<name>" or "ClusterDestination/<name>"), a result class or a decision; never
+// an action's key or name.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	// Attempts counts attempts sent, by destination and result class (Success, Rejected, Retryable,
+	// InProgress, NotSent, Uncertain).
+	Attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "actionledger_attempts_total",
+		Help: "Attempts sent to destinations, by destination and result class.",
+	}, []string{"destination", "result"})
+
+	// Retries counts attempts after the first, by destination.
+	Retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "actionledger_retries_total",
+		Help: "Attempts after an action's first attempt, by destination.",
+	}, []string{"destination"})
+
+	// Replays counts outcomes returned without a send (from a tombstone).
+	Replays = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "actionledger_replays_total",
+		Help: "Recorded outcomes returned without a send (tombstone replays).",
+	})
+
+	// FingerprintConflicts counts keys refused because they are bound to another fingerprint.
+	FingerprintConflicts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "actionledger_fingerprint_conflicts_total",
+		Help: "Actions refused because their key is bound to a different fingerprint.",
+	})
+
+	// OutcomeUnknown is the number of actions currently in phase OutcomeUnknown (as seen by this manager's cache).
+	OutcomeUnknown = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "actionledger_outcome_unknown",
+		Help: "Actions currently in phase OutcomeUnknown, waiting for a person's decision.",
+	})
+
+	// Exhausted counts actions that ended Exhausted (the dead-letter disposition), by destination.
+	Exhausted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "actionledger_exhausted_total",
+		Help: "Actions that ended Exhausted (attempts, deadline or budget ran out), by destination.",
+	}, []string{"destination"})
+
+	// ManualResolutions counts people's decisions, by decision (applied, not-applied, retry).
+	ManualResolutions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "actionledger_manual_resolutions_total",
+		Help: "Decisions made by people with the resolve annotation, by decision.",
+	}, []string{"decision"})
+
+	// ReconciliationDuration observes one reconcile of an ExternalAction, in seconds.
+	ReconciliationDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "actionledger_reconciliation_duration_seconds",
+		Help:    "Duration of one ExternalAction reconcile, in seconds (includes the destination call).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	})
+
+	// ActionDuration observes creation to terminal phase, in seconds, by phase.
+	ActionDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "actionledger_action_duration_seconds",
+		Help:    "Time from an ExternalAction's creation to its terminal phase, in seconds, by phase.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 20),
+	}, []string{"phase"})
+
+	// Delayed counts admissions refused by a destination's rate limit, pause or retry budget, by destination and reason.
+	Delayed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "actionledger_delayed_total",
+		Help: "Sends delayed by a destination's rate limit, Retry-After pause or retry budget, by destination and reason.",
+	}, []string{"destination", "reason"})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(Attempts, Retries, Replays, FingerprintConflicts, OutcomeUnknown,
+		Exhausted, ManualResolutions, ReconciliationDuration, ActionDuration, Delayed)
+}

@@ -1,0 +1,256 @@
+// Package envtestutil starts a real control plane (kube-apiserver + etcd via envtest, built from Go modules by
+// hack/build-controlplane.sh) and the real actionledger manager for integration tests, with helpers to create
+// tenants, destinations and actions and to wait on them.
+package envtestutil
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/test/destination"
+)
+
+// Env is a running control plane.
+type Env struct {
+	Env    *envtest.Environment
+	Config *rest.Config
+	Client client.Client
+}
+
+var nsCounter atomic.Int64
+
+// RepoRoot returns the repository root (where go.mod is).
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// AssetsDir returns KUBEBUILDER_ASSETS, or the first control plane under bin/k8s.
+func AssetsDir() string {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d
+	}
+	base := filepath.Join(RepoRoot(), "bin", "k8s")
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			return filepath.Join(base, e.Name())
+		}
+	}
+	return ""
+}
+
+// Start starts etcd and kube-apiserver with actionledger's CRDs installed. Call from TestMain.
+func Start() (*Env, error) {
+	level := zapcore.ErrorLevel
+	if os.Getenv("TEST_VERBOSE") != "" {
+		level = zapcore.Level(-2)
+	}
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: AssetsDir(),
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting envtest (run 'make test', which builds the control plane into bin/k8s): %w", err)
+	}
+	cfg.QPS, cfg.Burst = 500, 1000
+	c, err := client.New(cfg, client.Options{Scheme: app.Scheme})
+	if err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return &Env{Env: env, Config: cfg, Client: c}, nil
+}
+
+// Main is a TestMain body: start the control plane, run the tests, stop it.
+func Main(m *testing.M, out **Env) {
+	e, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*out = e
+	code := m.Run()
+	if err := e.Env.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
+	}
+	os.Exit(code)
+}
+
+// StartManager runs the real manager (built as cmd/main.go builds it) in-process until the test ends;
+// the returned stop stops it earlier (a clean shutdown, not a crash).
+func (e *Env) StartManager(t testing.TB, o app.Options) (stop func()) {
+	t.Helper()
+	if o.MaxConcurrentReconciles == 0 {
+		o.MaxConcurrentReconciles = 8
+	}
+	if o.ClaimMargin == 0 {
+		o.ClaimMargin = time.Second
+	}
+	o.SkipNameValidation = true
+	mgr, err := app.New(e.Config, o)
+	if err != nil {
+		t.Fatalf("manager: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager stopped: %v", err)
+		}
+	}()
+	var once atomic.Bool
+	stop = func() {
+		if once.CompareAndSwap(false, true) {
+			cancel()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// Namespace creates a fresh namespace (tenant) for one test.
+func (e *Env) Namespace(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d-%s", nsCounter.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	name = strings.TrimRight(name, "-")
+	if err := e.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatalf("namespace: %v", err)
+	}
+	return name
+}
+
+// DestinationServer starts the recording destination (test/destination) on loopback.
+func DestinationServer(t testing.TB, o destination.Options) (*destination.Server, string) {
+	t.Helper()
+	s := destination.New(o)
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	return s, ts.URL
+}
+
+// CreateDestination creates a Destination at url, after mutate.
+func (e *Env) CreateDestination(t testing.TB, ns, name, url string, mutate func(*actionsv1alpha1.DestinationSpec)) {
+	t.Helper()
+	d := &actionsv1alpha1.Destination{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       actionsv1alpha1.DestinationSpec{URL: url},
+	}
+	if mutate != nil {
+		mutate(&d.Spec)
+	}
+	if err := e.Client.Create(context.Background(), d); err != nil {
+		t.Fatalf("creating Destination: %v", err)
+	}
+}
+
+// Action returns an ExternalAction POSTing body (JSON, may be "") to path on dest.
+func Action(ns, name, dest, path, body string) *actionsv1alpha1.ExternalAction {
+	xa := &actionsv1alpha1.ExternalAction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: actionsv1alpha1.ExternalActionSpec{
+			DestinationRef: actionsv1alpha1.DestinationReference{Name: dest},
+			Request:        actionsv1alpha1.ActionRequest{Method: "POST", Path: path},
+		},
+	}
+	if body != "" {
+		xa.Spec.Request.Body = &apiextensionsv1.JSON{Raw: []byte(body)}
+	}
+	return xa
+}
+
+// Create creates obj or fails the test.
+func (e *Env) Create(t testing.TB, obj client.Object) {
+	t.Helper()
+	if err := e.Client.Create(context.Background(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// Get reads the action.
+func (e *Env) Get(t testing.TB, ns, name string) *actionsv1alpha1.ExternalAction {
+	t.Helper()
+	xa := &actionsv1alpha1.ExternalAction{}
+	if err := e.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, xa); err != nil {
+		t.Fatalf("get %s/%s: %v", ns, name, err)
+	}
+	return xa
+}
+
+// WaitFor polls the action every 50ms until cond holds, or fails the test after timeout.
+func (e *Env) WaitFor(t testing.TB, ns, name string, timeout time.Duration, what string, cond func(*actionsv1alpha1.ExternalAction) bool) *actionsv1alpha1.ExternalAction {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		xa := &actionsv1alpha1.ExternalAction{}
+		err := e.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, xa)
+		if err == nil && cond(xa) {
+			return xa
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.Marshal(xa.Status)
+			t.Fatalf("timed out after %s waiting for %s/%s: %s; last status %s (err %v)", timeout, ns, name, what, b, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// WaitPhase waits for the action's phase.
+func (e *Env) WaitPhase(t testing.TB, ns, name string, phase actionsv1alpha1.Phase, timeout time.Duration) *actionsv1alpha1.ExternalAction {
+	t.Helper()
+	return e.WaitFor(t, ns, name, timeout, "phase "+string(phase), func(xa *actionsv1alpha1.ExternalAction) bool { return xa.Status.Phase == phase })
+}
+
+// Events lists "Reason: message" of the core Events regarding the named object.
+func (e *Env) Events(t testing.TB, ns, name string) []string {
+	t.Helper()
+	var out []string
+	list := &corev1.EventList{}
+	if err := e.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatalf("listing events: %v", err)
+	}
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Name == name {
+			out = append(out, ev.Reason+": "+ev.Message)
+		}
+	}
+	return out
+}
+
+// JSON renders v for messages.
+func JSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
