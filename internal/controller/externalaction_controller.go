@@ -107,10 +107,7 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// DESIGN rule 2: an outcome we hold but could not write comes first; nothing else is decided before it.
 	if v, ok := r.pending.Load(req.NamespacedName); ok {
 		p := v.(*pendingOutcome)
-		if err := r.record(ctx, xa, p.attempt, p.outcome, p.env); err != nil {
-			return ctrl.Result{}, err
-		}
-		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		return r.record(ctx, xa, p.attempt, p.outcome, p.env)
 	}
 
 	if !xa.DeletionTimestamp.IsZero() {
@@ -132,7 +129,8 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 // reconcileActive handles Pending and InProgress actions: validate, bind the fingerprint, then advance.
 func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
 	now := r.Clock.Now()
-	env := ledger.Env{Now: now, Holder: r.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.ClaimMargin}
+	env := ledger.Env{Now: now, Holder: r.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.ClaimMargin,
+		Retention: DefaultTTLAfterFinished}
 
 	fp, err := fingerprint.Compute(&xa.Spec)
 	if err != nil {
@@ -148,6 +146,8 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 	if err != nil {
 		return r.waitOnDestination(ctx, xa, err, env)
 	}
+	// The destination's retention applies to an action failed for an invalid spec too (else it is collected at once).
+	env = r.envFor(xa, dest, dest.Policy, dest.DeadlineDur, now)
 	policy, deadlineDur, err := tighten(dest.Policy, dest.DeadlineDur, xa.Spec.RetryPolicy)
 	if err != nil {
 		return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), env), dest.ID)
@@ -221,16 +221,13 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 		}
 	}
 	env.Now = outcome.FinishedAt
-	if err := r.record(ctx, claimed, attempt, outcome, env); err != nil {
-		return ctrl.Result{}, err
-	}
-	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	return r.record(ctx, claimed, attempt, outcome, env)
 }
 
 // record writes the outcome of attempt (DESIGN rule 2): re-reading on conflict, retrying the write, and keeping
 // the outcome in memory when the API server is unavailable. It never sends.
 func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alpha1.ExternalAction, attempt int32,
-	outcome ledger.Outcome, env ledger.Env) error {
+	outcome ledger.Outcome, env ledger.Env) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	nn := types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}
 	backoff := 50 * time.Millisecond
@@ -239,29 +236,29 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 		if !ok {
 			r.pending.Delete(nn)
 			logger.Info("outcome dropped: the attempt is no longer open (resolved elsewhere)", "attempt", attempt, "result", outcome.Class)
-			return nil
+			return ctrl.Result{}, nil
 		}
 		upd := cur.DeepCopy()
 		upd.Status = *step.Status
 		err := r.Status().Update(ctx, upd)
 		if err == nil {
 			r.pending.Delete(nn)
-			r.afterWrite(upd, step, "")
-			return nil
+			r.afterWrite(upd, step, destinationID(upd))
+			return requeueAt(step.At, r.Clock.Now()), nil
 		}
 		if apierrors.IsNotFound(err) {
 			r.pending.Delete(nn)
-			return nil
+			return ctrl.Result{}, nil
 		}
 		if !apierrors.IsConflict(err) {
 			if try >= 8 {
 				r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env})
-				return fmt.Errorf("recording the outcome of attempt %d (kept in memory, will retry the write): %w", attempt, err)
+				return ctrl.Result{}, fmt.Errorf("recording the outcome of attempt %d (kept in memory, will retry the write): %w", attempt, err)
 			}
 			select {
 			case <-ctx.Done():
 				r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env})
-				return ctx.Err()
+				return ctrl.Result{}, ctx.Err()
 			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, 2*time.Second)
@@ -270,10 +267,10 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 		if gerr := r.APIReader.Get(ctx, nn, fresh); gerr != nil {
 			if apierrors.IsNotFound(gerr) {
 				r.pending.Delete(nn)
-				return nil
+				return ctrl.Result{}, nil
 			}
 			r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env})
-			return fmt.Errorf("re-reading after a failed outcome write (kept in memory): %w", gerr)
+			return ctrl.Result{}, fmt.Errorf("re-reading after a failed outcome write (kept in memory): %w", gerr)
 		}
 		cur = fresh
 	}
@@ -338,10 +335,15 @@ func (r *ExternalActionReconciler) apply(ctx context.Context, xa *actionsv1alpha
 	} else if step.Event != nil {
 		r.event(xa, step.Event)
 	}
-	if step.At.IsZero() {
-		return ctrl.Result{}, nil
+	return requeueAt(step.At, r.Clock.Now()), nil
+}
+
+// requeueAt requeues at t (from the schedule stored in status); zero t means no requeue.
+func requeueAt(t, now time.Time) ctrl.Result {
+	if t.IsZero() {
+		return ctrl.Result{}
 	}
-	return ctrl.Result{RequeueAfter: max(step.At.Sub(r.Clock.Now()), time.Millisecond)}, nil
+	return ctrl.Result{RequeueAfter: max(t.Sub(now), time.Millisecond)}
 }
 
 // afterWrite emits the step's event and terminal metrics once the status write succeeded.

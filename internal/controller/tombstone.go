@@ -74,7 +74,11 @@ func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actio
 		},
 	}
 	if st.ReplayedFrom != nil && st.ReplayedFrom.UID != "" {
+		// A replayed object stands for the original action: keep its identity and completion time.
 		ts.Spec.UID = st.ReplayedFrom.UID
+		if st.ReplayedFrom.CompletedAt != nil {
+			ts.Spec.CompletedAt = st.ReplayedFrom.CompletedAt
+		}
 	}
 	if st.Response != nil {
 		ts.Spec.StatusCode = st.Response.StatusCode
@@ -85,7 +89,13 @@ func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actio
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ts), cur); err != nil {
 			return fmt.Errorf("reading the existing tombstone of %s/%s: %w", xa.Namespace, xa.Name, err)
 		}
-		if cur.Spec.Fingerprint == ts.Spec.Fingerprint && cur.Spec.Phase == ts.Spec.Phase && cur.Spec.UID == ts.Spec.UID {
+		same := cur.Spec.Fingerprint == ts.Spec.Fingerprint && cur.Spec.Phase == ts.Spec.Phase && cur.Spec.UID == ts.Spec.UID &&
+			cur.Spec.StatusCode == ts.Spec.StatusCode && cur.Spec.CompletedAt.Equal(ts.Spec.CompletedAt)
+		// The horizon runs from when the last object holding the key went: a replayed copy going extends it, so a
+		// manifest that GitOps keeps re-creating stays bound (docs/retention.md). The object's own second write
+		// (collect, then finalize) does not.
+		extend := string(xa.UID) != cur.Spec.UID && cur.Spec.ExpiresAt.Add(time.Second).Before(ts.Spec.ExpiresAt.Time)
+		if same && !extend {
 			return nil
 		}
 		cur.Spec = ts.Spec
@@ -138,8 +148,12 @@ func (r *ExternalActionReconciler) collect(ctx context.Context, xa *actionsv1alp
 	if err := r.writeTombstone(ctx, xa); err != nil {
 		return ctrl.Result{}, err
 	}
-	uid := xa.UID
-	if err := r.Delete(ctx, xa, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+	// Preconditions: only the version the expiry was decided on is collected (a newer one brings its own event).
+	uid, rv := xa.UID, xa.ResourceVersion
+	if err := r.Delete(ctx, xa, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return ctrl.Result{}, nil
+		}
 		return ctrl.Result{}, fmt.Errorf("collecting finished action: %w", err)
 	}
 	log.FromContext(ctx).V(1).Info("collected finished action", "phase", xa.Status.Phase)
@@ -163,9 +177,16 @@ func (r *TombstoneReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if left := ts.Spec.ExpiresAt.Sub(r.Clock.Now()); left > 0 {
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
-	uid := ts.UID
-	if err := r.Delete(ctx, ts, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("deleting expired tombstone: %w", err)
+	// The resourceVersion precondition keeps a stale cache from deleting a tombstone that was just rewritten
+	// (a new action under the key, or an extended horizon): the update keeps the tombstone's UID.
+	uid, rv := ts.UID, ts.ResourceVersion
+	if err := r.Delete(ctx, ts, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("deleting expired tombstone: %w", err)
+		}
 	}
 	return ctrl.Result{}, nil
 }
