@@ -215,9 +215,13 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 
 	outcome := r.send(ctx, claimed, dest, body, env)
 	metrics.Attempts.WithLabelValues(dest.ID, string(outcome.Class)).Inc()
+	metrics.AttemptDuration.WithLabelValues(dest.ID).Observe(max(outcome.FinishedAt.Sub(env.Now).Seconds(), 0))
 	if outcome.RetryAfter != "" && (outcome.StatusCode == 429 || outcome.StatusCode == 503) {
 		if d, ok := retryAfterDelay(outcome.RetryAfter, outcome.FinishedAt); ok {
-			r.Limiter.Pause(dest.ID, outcome.FinishedAt.Add(d))
+			// One answer pauses the whole destination, but never longer than the destination's deadline:
+			// an action never waits past its deadline anyway, and a hostile Retry-After must not stop a
+			// destination for a year.
+			r.Limiter.Pause(dest.ID, outcome.FinishedAt.Add(min(d, dest.DeadlineDur)))
 		}
 	}
 	env.Now = outcome.FinishedAt

@@ -61,8 +61,7 @@ func (t *tracker) stage() string {
 func newError(parent, actx context.Context, timeout time.Duration, err error, connected bool, stage string,
 	tr *tracker) *Error {
 	cause := err
-	var uerr *url.Error
-	if errors.As(cause, &uerr) {
+	if uerr, ok := errors.AsType[*url.Error](cause); ok {
 		cause = uerr.Err // drop Op and URL: the URL may carry userinfo or secrets in the query
 	}
 	class := classify(parent, cause, connected, tr)
@@ -94,14 +93,13 @@ func classify(parent context.Context, err error, connected bool, tr *tracker) Er
 		return ClassCanceled
 	}
 	if !connected {
-		var dnsErr *net.DNSError
-		var opErr *net.OpError
+		opErr, isOpErr := errors.AsType[*net.OpError](err)
 		switch {
-		case errors.As(err, &dnsErr):
+		case hasType[*net.DNSError](err):
 			return ClassDNS
 		case isTLSError(err) || tr.tlsFailed.Load():
 			return ClassTLSHandshake
-		case errors.As(err, &opErr) && opErr.Op == "dial":
+		case isOpErr && opErr.Op == "dial":
 			return ClassDial
 		case isTimeout(err):
 			return ClassTimeout
@@ -125,33 +123,33 @@ func classify(parent context.Context, err error, connected bool, tr *tracker) Er
 	return ClassOther
 }
 
+// hasType reports whether err's chain contains an E.
+func hasType[E error](err error) bool {
+	_, ok := errors.AsType[E](err)
+	return ok
+}
+
 func isTimeout(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
 		return true
 	}
-	var te interface{ Timeout() bool }
-	return errors.As(err, &te) && te.Timeout()
+	te, ok := errors.AsType[interface {
+		error
+		Timeout() bool
+	}](err)
+	return ok && te.Timeout()
 }
 
 func isTLSError(err error) bool {
-	var (
-		recordErr    tls.RecordHeaderError
-		verifyErr    *tls.CertificateVerificationError
-		alertErr     tls.AlertError
-		unknownAuth  x509.UnknownAuthorityError
-		hostnameErr  x509.HostnameError
-		invalidCert  x509.CertificateInvalidError
-		opErr        *net.OpError
-		echRejection *tls.ECHRejectionError
-	)
-	switch {
-	case errors.As(err, &recordErr), errors.As(err, &verifyErr), errors.As(err, &alertErr),
-		errors.As(err, &unknownAuth), errors.As(err, &hostnameErr), errors.As(err, &invalidCert),
-		errors.As(err, &echRejection):
+	if hasType[tls.RecordHeaderError](err) || hasType[*tls.CertificateVerificationError](err) ||
+		hasType[tls.AlertError](err) || hasType[*tls.ECHRejectionError](err) ||
+		hasType[x509.UnknownAuthorityError](err) || hasType[x509.HostnameError](err) ||
+		hasType[x509.CertificateInvalidError](err) {
 		return true
-	case errors.As(err, &opErr) && opErr.Op == "remote error":
-		// crypto/tls reports a received alert as
-		// &net.OpError{Op: "remote error", Err: alert}.
+	}
+	// crypto/tls reports a received alert as
+	// &net.OpError{Op: "remote error", Err: alert}.
+	if opErr, ok := errors.AsType[*net.OpError](err); ok && opErr.Op == "remote error" {
 		return true
 	}
 	// net/http's unexported tlsHandshakeTimeoutError.
@@ -209,12 +207,11 @@ func isProtocol(err error) bool {
 // sanitizeRequestError rewrites an http.NewRequest error so that it does not
 // echo the URL (url.Parse errors quote the whole URL, userinfo included).
 func sanitizeRequestError(err error) error {
-	var uerr *url.Error
-	if !errors.As(err, &uerr) {
+	uerr, ok := errors.AsType[*url.Error](err)
+	if !ok {
 		return err // e.g. "net/http: invalid method"
 	}
-	var escErr url.EscapeError
-	if errors.As(uerr.Err, &escErr) {
+	if hasType[url.EscapeError](uerr.Err) {
 		// The escape may sit inside userinfo; do not echo it.
 		return errors.New("httpexec: invalid request URL: invalid escape")
 	}

@@ -21,10 +21,11 @@ func (timeoutErr) Error() string { return "net/http: timeout awaiting response h
 func (timeoutErr) Timeout() bool { return true }
 
 func TestClassify(t *testing.T) {
+	const tcp, dial = "tcp", "dial"
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	bg := context.Background()
-	readErr := func(err error) error { return &net.OpError{Op: "read", Net: "tcp", Err: err} }
+	readErr := func(err error) error { return &net.OpError{Op: "read", Net: tcp, Err: err} }
 	tests := []struct {
 		name      string
 		parent    context.Context
@@ -33,8 +34,8 @@ func TestClassify(t *testing.T) {
 		want      ErrorClass
 	}{
 		{"dns", bg, &net.DNSError{Err: "no such host", Name: "x.invalid", IsNotFound: true}, false, ClassDNS},
-		{"dial refused", bg, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false, ClassDial},
-		{"dial timeout", bg, &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}, false, ClassDial},
+		{"dial refused", bg, &net.OpError{Op: dial, Net: tcp, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false, ClassDial},
+		{"dial timeout", bg, &net.OpError{Op: dial, Net: tcp, Err: os.ErrDeadlineExceeded}, false, ClassDial},
 		{"unknown authority", bg, &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, false, ClassTLSHandshake},
 		{"record header", bg, tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, false, ClassTLSHandshake},
 		{"remote alert", bg, &net.OpError{Op: "remote error", Err: errors.New("tls: handshake failure")}, false, ClassTLSHandshake},
@@ -42,7 +43,7 @@ func TestClassify(t *testing.T) {
 		{"alert error", bg, tls.AlertError(40), false, ClassTLSHandshake},
 		{"deadline before conn", bg, context.DeadlineExceeded, false, ClassTimeout},
 		{"canceled before conn", canceled, context.Canceled, false, ClassCanceled},
-		{"canceled dial", canceled, &net.OpError{Op: "dial", Err: errors.New("operation was canceled")}, false, ClassCanceled},
+		{"canceled dial", canceled, &net.OpError{Op: dial, Err: errors.New("operation was canceled")}, false, ClassCanceled},
 		{"other before conn", bg, errors.New(`unsupported protocol scheme "ftp"`), false, ClassOther},
 		{"deadline after conn", bg, context.DeadlineExceeded, true, ClassTimeout},
 		{"os deadline after conn", bg, readErr(os.ErrDeadlineExceeded), true, ClassTimeout},

@@ -20,6 +20,9 @@ import (
 	"time"
 )
 
+// hdrIdempotencyKey is the header net/http treats as making a request replayable.
+const hdrIdempotencyKey = "Idempotency-Key"
+
 // testTimeout bounds every attempt in tests that do not test timeouts, so a
 // bug shows up as a failure rather than a hung test.
 const testTimeout = 10 * time.Second

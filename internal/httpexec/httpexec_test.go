@@ -162,7 +162,7 @@ func TestHeadersAndBodySentAsGiven(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := http.Header{
-				"Idempotency-Key": {"key-" + strconv.Itoa(i)},
+				hdrIdempotencyKey: {"key-" + strconv.Itoa(i)},
 				"Authorization":   {"Bearer token-value"},
 				"Content-Type":    {"application/json"},
 				"X-Multi":         {"one", "two"},
@@ -257,7 +257,7 @@ func TestFailuresBeforeTheRequestLeft(t *testing.T) {
 			t.Run(tt.name+"/body="+strconv.Itoa(len(body)), func(t *testing.T) {
 				res := e.Execute(context.Background(), Request{
 					Method: http.MethodPost, URL: tt.url, Body: body,
-					Header:  http.Header{"Idempotency-Key": {"k"}},
+					Header:  http.Header{hdrIdempotencyKey: {"k"}},
 					Timeout: testTimeout,
 				}, 1024)
 				if res.Err == nil {
@@ -302,7 +302,7 @@ func TestTimeoutAfterRequestWasWritten(t *testing.T) {
 			e := newExecutor(t)
 			res := e.Execute(context.Background(), Request{
 				Method: http.MethodPost, URL: srv.URL, Body: body,
-				Header:  http.Header{"Idempotency-Key": {"k"}},
+				Header:  http.Header{hdrIdempotencyKey: {"k"}},
 				Timeout: 300 * time.Millisecond,
 			}, 1024)
 			<-received
@@ -362,7 +362,7 @@ func TestConnectionClosedAfterServerReadRequest(t *testing.T) {
 			e := newExecutor(t)
 			res := e.Execute(context.Background(), Request{
 				Method: http.MethodPost, URL: srv.URL, Body: body,
-				Header:  http.Header{"Idempotency-Key": {"k"}},
+				Header:  http.Header{hdrIdempotencyKey: {"k"}},
 				Timeout: testTimeout,
 			}, 1024)
 			if res.ErrorClass != ClassConnectionReset && res.ErrorClass != ClassProtocol {
@@ -457,7 +457,7 @@ func TestErrorsCarryNoSecrets(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			res := e.Execute(context.Background(), Request{
 				Method: http.MethodPost, URL: tt.url, Timeout: tt.timeout, Body: []byte(`{"p":"` + secret + `"}`),
-				Header: http.Header{"Authorization": {"Bearer " + secret}, "Idempotency-Key": {secret}},
+				Header: http.Header{"Authorization": {"Bearer " + secret}, hdrIdempotencyKey: {secret}},
 			}, 0)
 			if res.Err == nil {
 				t.Fatal("expected an error")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -76,16 +77,16 @@ var noReplayCases = []struct {
 	netHTTPDeliveries int
 }{
 	{"body-less POST with Idempotency-Key", http.MethodPost, nil,
-		http.Header{"Idempotency-Key": {"k1"}}, false, 2},
+		http.Header{hdrIdempotencyKey: {"k1"}}, false, 2},
 	{"body-less POST with X-Idempotency-Key", http.MethodPost, nil,
 		http.Header{"X-Idempotency-Key": {"k1"}}, false, 2},
 	{"body-less DELETE with Idempotency-Key", http.MethodDelete, nil,
-		http.Header{"Idempotency-Key": {"k1"}}, false, 2},
+		http.Header{hdrIdempotencyKey: {"k1"}}, false, 2},
 	{"GET", http.MethodGet, nil, nil, false, 2},
 	{"POST with body and GetBody, Idempotency-Key", http.MethodPost, []byte(`{"a":1}`),
-		http.Header{"Idempotency-Key": {"k1"}}, true, 2},
+		http.Header{hdrIdempotencyKey: {"k1"}}, true, 2},
 	{"POST with body, GetBody cleared, Idempotency-Key", http.MethodPost, []byte(`{"a":1}`),
-		http.Header{"Idempotency-Key": {"k1"}}, false, 1},
+		http.Header{hdrIdempotencyKey: {"k1"}}, false, 1},
 }
 
 // TestNetHTTPReplaysOnReusedConnection is the control: it shows that the
@@ -123,9 +124,7 @@ func TestNetHTTPReplaysOnReusedConnection(t *testing.T) {
 			if !tc.keepGetBody {
 				req.GetBody = nil
 			}
-			for k, v := range tc.header {
-				req.Header[k] = v
-			}
+			maps.Copy(req.Header, tc.header)
 			resp, err = client.Do(req)
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
@@ -201,7 +200,7 @@ func TestBodylessRequestsNeverReuseConnections(t *testing.T) {
 	e := newExecutor(t)
 	for range 3 {
 		res := e.Execute(context.Background(), Request{
-			Method: http.MethodPost, URL: srv.URL, Header: http.Header{"Idempotency-Key": {"k"}}, Timeout: testTimeout,
+			Method: http.MethodPost, URL: srv.URL, Header: http.Header{hdrIdempotencyKey: {"k"}}, Timeout: testTimeout,
 		}, 10)
 		if res.Err != nil {
 			t.Fatal(res.Err)

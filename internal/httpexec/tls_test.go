@@ -44,8 +44,7 @@ func TestTLSUnknownAuthority(t *testing.T) {
 				if res.ErrorClass != ClassTLSHandshake || res.Written || res.Response != nil {
 					t.Errorf("ErrorClass=%q Written=%v, want TLSHandshake, false (err: %v)", res.ErrorClass, res.Written, res.Err)
 				}
-				var ua x509.UnknownAuthorityError
-				if !errors.As(res.Err, &ua) {
+				if _, ok := errors.AsType[x509.UnknownAuthorityError](res.Err); !ok {
 					t.Errorf("err %v does not unwrap to x509.UnknownAuthorityError", res.Err)
 				}
 			})
@@ -77,7 +76,7 @@ func TestTLSWithCABundle(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			res := e.Execute(context.Background(), Request{
 				Method: http.MethodPost, URL: srv.URL, Body: tt.body, TLS: opts, Timeout: testTimeout,
-				Header: http.Header{"Idempotency-Key": {"k"}},
+				Header: http.Header{hdrIdempotencyKey: {"k"}},
 			}, 100)
 			if res.Err != nil {
 				t.Fatal(res.Err)
@@ -111,8 +110,7 @@ func TestTLSServerNameOverride(t *testing.T) {
 		URL: srv.URL, Timeout: testTimeout,
 		TLS: &TLSOptions{CABundle: certPEM(srv.Certificate()), ServerName: "wrong.test"},
 	}, 0)
-	var he x509.HostnameError
-	if res.ErrorClass != ClassTLSHandshake || res.Written || !errors.As(res.Err, &he) {
+	if _, ok := errors.AsType[x509.HostnameError](res.Err); res.ErrorClass != ClassTLSHandshake || res.Written || !ok {
 		t.Errorf("wrong ServerName: class %q written %v err %v", res.ErrorClass, res.Written, res.Err)
 	}
 	res = e.Execute(context.Background(), Request{

@@ -170,11 +170,17 @@ func claim(cur *actionsv1alpha1.ExternalActionStatus, env Env) Step {
 	if margin <= 0 {
 		margin = 5 * time.Second
 	}
+	// metav1.Time is stored with second precision: round the expiry up so that the stored value is never earlier
+	// than timeout plus margin after the claim (C06: a duration written in one unit and read in another).
+	expires := env.Now.Add(timeout + margin)
+	if t := expires.Truncate(time.Second); !t.Equal(expires) {
+		expires = t.Add(time.Second)
+	}
 	st.Claim = &actionsv1alpha1.AttemptClaim{
 		Attempt:   st.Attempts,
 		Holder:    env.Holder,
 		StartedAt: metav1.NewTime(env.Now),
-		ExpiresAt: metav1.NewTime(env.Now.Add(timeout + margin)),
+		ExpiresAt: metav1.NewTime(expires),
 	}
 	st.NextAttemptAt = nil
 	setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonAttemptInProgress,
@@ -222,8 +228,9 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 			st.Claim = nil
 			return schedule(st, env, o.RetryAfter, fmt.Sprintf("attempt %d is uncertain (%s); repeating is safe", attempt, describe(o))), true
 		}
-		// Keep the claim open but expired: the uncertain path (post-check or OutcomeUnknown) takes over.
-		st.Claim.ExpiresAt = metav1.NewTime(env.Now)
+		// Keep the claim open until its expiry: the uncertain path (post-check or OutcomeUnknown) takes over. The
+		// post-check is asked only after the expiry (timeout plus margin), because a slow destination may still
+		// commit the request that timed out, and a "not applied" answer before that leads to a duplicate.
 		step := uncertain(st, env, o.ErrorClass, fmt.Sprintf("attempt %d is uncertain (%s)", attempt, describe(o)))
 		if step.Status == nil {
 			step.Status = st
@@ -302,7 +309,7 @@ func RecordCheck(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, v Ver
 				fmt.Sprintf("attempt %d is uncertain and %d post-check(s) were inconclusive", attempt, st.Claim.PostChecks)), true
 		}
 		wait := retry.Backoff(env.Policy, int(st.Claim.PostChecks), env.Rand)
-		st.Claim.ExpiresAt = metav1.NewTime(env.Now.Add(wait))
+		st.Claim.ExpiresAt = metav1.NewTime(ceilSecond(env.Now.Add(wait)))
 		setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonPostCheckPending,
 			fmt.Sprintf("post-check %d for attempt %d was inconclusive; asking again at %s", st.Claim.PostChecks, attempt, st.Claim.ExpiresAt.UTC().Format(time.RFC3339)), env)
 		return Step{Kind: KindWait, At: st.Claim.ExpiresAt.Time, Status: st}, true
@@ -319,10 +326,13 @@ func schedule(st *actionsv1alpha1.ExternalActionStatus, env Env, retryAfter, why
 	if !d.Retry {
 		return exhaust(st, env, d.Reason, why+"; "+d.Message)
 	}
-	st.NextAttemptAt = ptrTime(d.NextAt)
-	msg := fmt.Sprintf("%s; next attempt at %s", why, d.NextAt.UTC().Format(time.RFC3339))
+	// Status times keep whole seconds on the wire (RFC 3339): round up, never down, so that an event that
+	// re-reads the stored status cannot send before the scheduled time (C10).
+	next := ceilSecond(d.NextAt)
+	st.NextAttemptAt = ptrTime(next)
+	msg := fmt.Sprintf("%s; next attempt at %s", why, next.UTC().Format(time.RFC3339))
 	setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonRetryScheduled, msg, env)
-	return Step{Kind: KindWait, At: d.NextAt, Status: st}
+	return Step{Kind: KindWait, At: next, Status: st}
 }
 
 func exhaust(cur *actionsv1alpha1.ExternalActionStatus, env Env, reason, msg string) Step {
@@ -578,6 +588,15 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
+}
+
+// ceilSecond rounds t up to a whole second: metav1.Time keeps only whole seconds on the wire, so a schedule
+// stored in status is rounded up and a value read back is never earlier than the one decided.
+func ceilSecond(t time.Time) time.Time {
+	if r := t.Truncate(time.Second); !r.Equal(t) {
+		return r.Add(time.Second)
+	}
+	return t
 }
 
 func ptrTime(t time.Time) *metav1.Time {
