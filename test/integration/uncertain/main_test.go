@@ -1,0 +1,137 @@
+// Package uncertain holds envtest integration tests of uncertain outcomes (DESIGN rules 2, 3, 8 and 9): slow
+// destinations, lost responses, crashes between send and record, stuck claims, decisions by people, deletion
+// during an open attempt and two managers at once. Each test runs the real manager in-process against a real
+// kube-apiserver and the recording destination of test/destination.
+package uncertain
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/test/destination"
+	"github.com/actionledger/actionledger/test/envtestutil"
+)
+
+var env *envtestutil.Env
+
+func TestMain(m *testing.M) { envtestutil.Main(m, &env) }
+
+// fast is a destination mutation: per-attempt timeout, key support and short backoffs without jitter (0.5s, then
+// 1s) so retries come quickly and their number is predictable.
+func fast(timeout time.Duration, supported bool, more ...func(*actionsv1alpha1.DestinationSpec)) func(*actionsv1alpha1.DestinationSpec) {
+	return func(s *actionsv1alpha1.DestinationSpec) {
+		s.Timeout = &metav1.Duration{Duration: timeout}
+		s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Supported: supported}
+		attempts := int32(10)
+		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{
+			MaxAttempts:    &attempts,
+			InitialBackoff: &metav1.Duration{Duration: 500 * time.Millisecond},
+			MaxBackoff:     &metav1.Duration{Duration: time.Second},
+			Jitter:         actionsv1alpha1.JitterNone,
+		}
+		for _, m := range more {
+			m(s)
+		}
+	}
+}
+
+// postCheck configures the destination's reconciliation post-check against the recording destination.
+func postCheck(s *actionsv1alpha1.DestinationSpec) {
+	s.Reconciliation = &actionsv1alpha1.ReconciliationCheck{
+		Path:       "/effects?key={key}",
+		Applied:    "response.statusCode == 200",
+		NotApplied: "response.statusCode == 404",
+	}
+}
+
+func stalled(xa *actionsv1alpha1.ExternalAction) bool {
+	return meta.IsStatusConditionTrue(xa.Status.Conditions, actionsv1alpha1.ConditionStalled)
+}
+
+// hasEvent reports whether an Event of type typ and reason exists for the object.
+func hasEvent(t *testing.T, ns, name, typ, reason string) bool {
+	t.Helper()
+	list := &corev1.EventList{}
+	if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatalf("listing events: %v", err)
+	}
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Name == name && ev.Type == typ && ev.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
+// waitEvent polls for an Event of type typ and reason.
+func waitEvent(t *testing.T, ns, name, typ, reason string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !hasEvent(t, ns, name, typ, reason) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s event %s for %s/%s; events: %v", typ, reason, ns, name, env.Events(t, ns, name))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitUntil polls cond every 50ms.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sameKey fails unless every request in log carried the idempotency key.
+func sameKey(t *testing.T, log []destination.Received, key string) {
+	t.Helper()
+	for i, r := range log {
+		if got := r.Header.Get("Idempotency-Key"); got != key {
+			t.Errorf("request %d carried Idempotency-Key %q, want %q", i+1, got, key)
+		}
+	}
+}
+
+// annotate sets annotations on the action, retrying on conflicts.
+func annotate(t *testing.T, ns, name string, kv map[string]string) {
+	t.Helper()
+	env.WaitFor(t, ns, name, 10*time.Second, "annotation update", func(xa *actionsv1alpha1.ExternalAction) bool {
+		if xa.Annotations == nil {
+			xa.Annotations = map[string]string{}
+		}
+		for k, v := range kv {
+			xa.Annotations[k] = v
+		}
+		err := env.Client.Update(context.Background(), xa)
+		if err != nil && !apierrors.IsConflict(err) {
+			t.Fatalf("annotating %s/%s: %v", ns, name, err)
+		}
+		return err == nil
+	})
+}
+
+func historyResults(xa *actionsv1alpha1.ExternalAction) string {
+	var parts []string
+	for _, h := range xa.Status.AttemptHistory {
+		parts = append(parts, h.Result)
+	}
+	return strings.Join(parts, ",")
+}
+
+func conditionTrue(xa *actionsv1alpha1.ExternalAction, ct string) bool {
+	return meta.IsStatusConditionTrue(xa.Status.Conditions, ct)
+}
