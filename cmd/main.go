@@ -50,10 +50,10 @@ func main() {
 func run() int {
 	var (
 		metricsAddr, probeAddr, leNamespace, controllerNS string
-		secureMetrics, leaderElect, enableHTTP2          bool
-		qps                                              float64
-		burst, concurrency                               int
-		claimMargin                                      time.Duration
+		secureMetrics, leaderElect, enableHTTP2           bool
+		qps                                               float64
+		burst, concurrency                                int
+		claimMargin                                       time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to, "+
 		"e.g. :8443 (HTTPS) or :8080 (HTTP with --metrics-secure=false). 0 disables it.")

@@ -306,7 +306,11 @@ func (r *ExternalActionReconciler) resolve(ctx context.Context, xa *actionsv1alp
 	}
 	step, err := ledger.Resolve(&xa.Status, decision, xa.Annotations[actionsv1alpha1.AnnotationResolveReason], env)
 	if err != nil {
-		r.Recorder.Eventf(xa, nil, corev1.EventTypeWarning, "InvalidDecision", "Resolve", "ignored %s=%q: %v", actionsv1alpha1.AnnotationResolve, decision, err)
+		// The status write of a decision is seen before the annotation's removal: that stale read is not a
+		// new, invalid decision, so only the annotation is cleared, without a warning.
+		if res := xa.Status.Resolution; res == nil || res.Decision != decision {
+			r.Recorder.Eventf(xa, nil, corev1.EventTypeWarning, "InvalidDecision", "Resolve", "ignored %s=%q: %v", actionsv1alpha1.AnnotationResolve, decision, err)
+		}
 	} else {
 		upd := xa.DeepCopy()
 		upd.Status = *step.Status

@@ -67,6 +67,14 @@ var (
 		Buckets: prometheus.ExponentialBuckets(0.01, 2, 20),
 	}, []string{"phase"})
 
+	// AttemptDuration observes one attempt, from its claim to its outcome, in seconds, by destination: the
+	// destination's latency as actionledger sees it (a timeout observes the attempt timeout).
+	AttemptDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "actionledger_attempt_duration_seconds",
+		Help:    "Duration of one attempt, from its claim to its outcome, in seconds, by destination.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+	}, []string{"destination"})
+
 	// Delayed counts admissions refused by a destination's rate limit, pause or retry budget, by destination and reason.
 	Delayed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "actionledger_delayed_total",
@@ -76,5 +84,5 @@ var (
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(Attempts, Retries, Replays, FingerprintConflicts, OutcomeUnknown,
-		Exhausted, ManualResolutions, ReconciliationDuration, ActionDuration, Delayed)
+		Exhausted, ManualResolutions, ReconciliationDuration, ActionDuration, Delayed, AttemptDuration)
 }
