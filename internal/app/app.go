@@ -134,6 +134,14 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the ExternalAction controller: %w", err)
 	}
+	for _, cluster := range []bool{false, true} {
+		if err := (&controller.DestinationReconciler{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ControllerNamespace: o.ControllerNamespace,
+			Exprs: expr.NewCache(64), Cluster: cluster, SkipNameValidation: o.SkipNameValidation,
+		}).SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the destination validator: %w", err)
+		}
+	}
 	if err := (&controller.TombstoneReconciler{Client: mgr.GetClient(), Clock: clk, SkipNameValidation: o.SkipNameValidation}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the tombstone collector: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/httpexec"
@@ -110,7 +111,7 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 			rd.TombstoneTTL = ret.TombstoneTTL.Duration
 		}
 	}
-	sr := secretReader{r: r, ctx: ctx, allowed: secretNS, owner: id}
+	sr := secretReader{reader: r.APIReader, ctx: ctx, allowed: secretNS, owner: id}
 	var err error
 	if rd.AuthHeader, err = sr.authHeader(spec.Auth); err != nil {
 		return nil, err
@@ -248,7 +249,7 @@ func limitsFor(spec *actionsv1alpha1.DestinationSpec) limiter.Limits {
 
 // secretReader reads Secret keys for one destination, refusing any namespace but the allowed one.
 type secretReader struct {
-	r       *ExternalActionReconciler
+	reader  client.Reader
 	ctx     context.Context
 	allowed string
 	owner   string
@@ -260,7 +261,7 @@ func (s secretReader) secret(name, namespace string) (*corev1.Secret, error) {
 			errSecretNotAllowed, s.owner, namespace, name, s.allowed)
 	}
 	sec := &corev1.Secret{}
-	if err := s.r.APIReader.Get(s.ctx, types.NamespacedName{Namespace: s.allowed, Name: name}, sec); err != nil {
+	if err := s.reader.Get(s.ctx, types.NamespacedName{Namespace: s.allowed, Name: name}, sec); err != nil {
 		return nil, fmt.Errorf("reading Secret %s/%s for %s: %w", s.allowed, name, s.owner, err)
 	}
 	return sec, nil

@@ -87,6 +87,7 @@ type pendingOutcome struct {
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=externalactions/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=externalactions/finalizers,verbs=update
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations;clusterdestinations,verbs=get;list;watch
+// +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations/status;clusterdestinations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=actiontombstones,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,7 +32,7 @@ func (r *ExternalActionReconciler) checkTombstone(ctx context.Context, xa *actio
 		return ledger.Step{}, false, fmt.Errorf("reading the tombstone of %s: %w", key, err)
 	}
 	if !env.Now.Before(ts.Spec.ExpiresAt.Time) {
-		// Past the replay horizon the same key is a new action (docs/concepts.md).
+		// Past the replay horizon the same key is a new action (docs/retention.md).
 		return ledger.Step{}, false, nil
 	}
 	if ts.Spec.Fingerprint != fp {
@@ -132,7 +133,12 @@ func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1al
 		}
 	}
 	if err := r.writeTombstone(ctx, xa); err != nil {
-		return ctrl.Result{}, err
+		if !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return ctrl.Result{}, err
+		}
+		// The namespace is being deleted: nothing can be created in it, and its tombstones go with it. Holding the
+		// finalizer would hang the namespace in Terminating forever (docs/retention.md).
+		log.FromContext(ctx).Info("namespace is terminating; the action goes without a tombstone", "phase", xa.Status.Phase)
 	}
 	r.Limiter.Forget(destinationID(xa), xa.Namespace+"/"+xa.Name)
 	patch := client.MergeFromWithOptions(xa.DeepCopy(), client.MergeFromWithOptimisticLock{})
