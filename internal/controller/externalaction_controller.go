@@ -47,6 +47,7 @@ import (
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/metrics"
+	"github.com/actionledger/actionledger/internal/retry"
 )
 
 // ExternalActionReconciler reconciles ExternalAction objects.
@@ -214,7 +215,20 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 	}
 	logger.V(1).Info("claimed; sending", "attempt", attempt, "destination", dest.ID)
 
-	outcome := r.send(ctx, claimed, dest, body, env)
+	// The attempt must end before its claim expires (minus the margin to record it), however long the
+	// steps since the decision took: otherwise another holder could treat a request still in flight as abandoned.
+	margin := r.ClaimMargin
+	if margin <= 0 {
+		margin = 5 * time.Second
+	}
+	timeout := min(dest.Timeout, claimed.Status.Claim.ExpiresAt.Sub(r.Clock.Now())-margin)
+	var outcome ledger.Outcome
+	if timeout <= 0 {
+		outcome = ledger.Outcome{Class: retry.ClassNotSent, FinishedAt: r.Clock.Now(), ErrorClass: "ClaimExpired",
+			Error: "the claim had too little time left to send; nothing was sent"}
+	} else {
+		outcome = r.send(ctx, claimed, dest, body, timeout, env)
+	}
 	metrics.Attempts.WithLabelValues(dest.ID, string(outcome.Class)).Inc()
 	metrics.AttemptDuration.WithLabelValues(dest.ID).Observe(max(outcome.FinishedAt.Sub(env.Now).Seconds(), 0))
 	if outcome.RetryAfter != "" && (outcome.StatusCode == 429 || outcome.StatusCode == 503) {
@@ -440,7 +454,7 @@ func conflictMessage(xa *actionsv1alpha1.ExternalAction, bound, got, where strin
 
 // destinationID is the limiter and metrics identity of the action's destination.
 func destinationID(xa *actionsv1alpha1.ExternalAction) string {
-	if xa.Spec.DestinationRef.Kind == "ClusterDestination" {
+	if xa.Spec.DestinationRef.Kind == kindClusterDestination {
 		return "ClusterDestination/" + xa.Spec.DestinationRef.Name
 	}
 	return "Destination/" + xa.Namespace + "/" + xa.Spec.DestinationRef.Name

@@ -67,7 +67,7 @@ func joinURL(base, path string) string {
 
 // send performs one attempt and classifies it. The request is rebuilt identically from the spec each time.
 func (r *ExternalActionReconciler) send(ctx context.Context, xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
-	body []byte, env ledger.Env) ledger.Outcome {
+	body []byte, timeout time.Duration, env ledger.Env) ledger.Outcome {
 	h := http.Header{}
 	for k, v := range xa.Spec.Request.Headers {
 		h.Set(k, v)
@@ -81,7 +81,7 @@ func (r *ExternalActionReconciler) send(ctx context.Context, xa *actionsv1alpha1
 	h.Set(dest.KeyHeader, xa.Status.IdempotencyKey)
 	res := r.Executor.Execute(ctx, httpexec.Request{
 		Method: method(xa), URL: joinURL(dest.Spec.URL, xa.Spec.Request.Path), Header: h, Body: body,
-		Timeout: dest.Timeout, TLS: dest.TLS,
+		Timeout: timeout, TLS: dest.TLS,
 	}, MaxResponseBodyBytes)
 	return r.classify(xa, res, env)
 }
@@ -122,7 +122,10 @@ func (r *ExternalActionReconciler) succeeded(xa *actionsv1alpha1.ExternalAction,
 
 func responseRecord(resp *httpexec.Response) *actionsv1alpha1.ResponseRecord {
 	rec := &actionsv1alpha1.ResponseRecord{
-		StatusCode: int32(resp.StatusCode), Body: string(resp.Body), BodyTruncated: resp.BodyTruncated, BodySHA256: resp.BodySHA256,
+		StatusCode:    int32(resp.StatusCode), //nolint:gosec // G115: HTTP status codes are three digits
+		Body:          string(resp.Body),
+		BodyTruncated: resp.BodyTruncated,
+		BodySHA256:    resp.BodySHA256,
 	}
 	for _, name := range selectedHeaders {
 		if v := resp.Header.Get(name); v != "" {
@@ -190,7 +193,7 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 	}
 	log.FromContext(ctx).V(1).Info("post-check", "attempt", attempt, "verdict", verdict)
 	env.Now = r.Clock.Now()
-	for try := 0; try < 5; try++ {
+	for range 5 {
 		next, ok := ledger.RecordCheck(&xa.Status, attempt, verdict, rec, env)
 		if !ok {
 			return ctrl.Result{}, nil

@@ -1,0 +1,190 @@
+package chaos
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/actionledger/actionledger/test/envtestutil"
+)
+
+// fleet runs the real manager binary as separate OS processes and kills them with SIGKILL.
+type fleet struct {
+	t          *testing.T
+	dir        string
+	bin        string
+	kubeconfig string
+
+	mu    sync.Mutex
+	all   []*proc
+	live  []*proc
+	kills int
+}
+
+// proc is one manager process.
+type proc struct {
+	id   int
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// newFleet builds the manager once and writes a kubeconfig for the control plane. The caller registers
+// stopAll with t.Cleanup once the destinations exist, so the managers die first.
+func newFleet(t *testing.T) *fleet {
+	t.Helper()
+	f := &fleet{t: t, dir: t.TempDir()}
+	f.bin = filepath.Join(f.dir, "actionledger")
+	build := exec.Command("go", "build", "-o", f.bin, "./cmd")
+	build.Dir = envtestutil.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the manager: %v\n%s", err, out)
+	}
+	f.kubeconfig = filepath.Join(f.dir, "kubeconfig")
+	if err := writeKubeconfig(env.Config, f.kubeconfig); err != nil {
+		t.Fatalf("kubeconfig: %v", err)
+	}
+	return f
+}
+
+// writeKubeconfig writes cfg (host, CA, client certificate or token) as a kubeconfig file.
+func writeKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["envtest"] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken,
+		Username: cfg.Username, Password: cfg.Password,
+	}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "envtest", Namespace: "default"}
+	kc.CurrentContext = "envtest"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// start starts one more manager process.
+func (f *fleet) start() *proc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := &proc{id: len(f.all) + 1, done: make(chan struct{})}
+	p.log = filepath.Join(f.dir, fmt.Sprintf("manager-%03d.log", p.id))
+	out, err := os.Create(p.log)
+	if err != nil {
+		f.t.Fatalf("log file: %v", err)
+	}
+	args := []string{
+		"--kubeconfig=" + f.kubeconfig, "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--claim-margin=1s", "--max-concurrent-reconciles=8",
+	}
+	if os.Getenv("CHAOS_VERBOSE") != "" {
+		args = append(args, "--zap-log-level=debug")
+	}
+	p.cmd = exec.Command(f.bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = out, out
+	p.cmd.Env = append(os.Environ(), "POD_NAMESPACE=default")
+	if err := p.cmd.Start(); err != nil {
+		_ = out.Close()
+		f.t.Fatalf("starting the manager: %v", err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		_ = out.Close()
+		close(p.done)
+	}()
+	f.all = append(f.all, p)
+	f.live = append(f.live, p)
+	return p
+}
+
+// kill SIGKILLs p and waits for it to be gone.
+func (f *fleet) kill(p *proc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.killLocked(p)
+	f.kills++
+}
+
+func (f *fleet) killLocked(p *proc) {
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		f.t.Errorf("manager %d did not exit after SIGKILL", p.id)
+	}
+	for i, q := range f.live {
+		if q == p {
+			f.live = append(f.live[:i], f.live[i+1:]...)
+			break
+		}
+	}
+}
+
+// running returns the processes started and not killed. A process that exited by itself is reported (it
+// should not: only SIGKILL ends a manager here).
+func (f *fleet) running() []*proc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*proc
+	for _, p := range f.live {
+		select {
+		case <-p.done:
+			f.t.Errorf("manager %d exited by itself (%v); log tail:\n%s", p.id, p.cmd.ProcessState, tail(p.log, 30))
+		default:
+			out = append(out, p)
+		}
+	}
+	f.live = out
+	return append([]*proc(nil), out...)
+}
+
+func (f *fleet) killCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.kills
+}
+
+// stopAll kills every process left and, when the test failed, prints the tail of the last logs. It is
+// idempotent.
+func (f *fleet) stopAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.live) > 0 {
+		f.killLocked(f.live[0])
+	}
+	if !f.t.Failed() {
+		return
+	}
+	from := max(0, len(f.all)-3)
+	for _, p := range f.all[from:] {
+		f.t.Logf("--- tail of manager %d log (%s) ---\n%s", p.id, p.log, tail(p.log, 40))
+	}
+}
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	var sb strings.Builder
+	for _, l := range lines {
+		sb.Write(l)
+		sb.WriteByte('\n')
+	}
+	return sb.String()
+}
