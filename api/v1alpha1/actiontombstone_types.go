@@ -50,7 +50,8 @@ type ActionTombstoneSpec struct {
 // +kubebuilder:resource:shortName=xat,categories=actionledger
 // +kubebuilder:printcolumn:name="PHASE",type=string,JSONPath=`.spec.phase`
 // +kubebuilder:printcolumn:name="CODE",type=integer,JSONPath=`.spec.statusCode`
-// +kubebuilder:printcolumn:name="EXPIRES",type=date,JSONPath=`.spec.expiresAt`
+// EXPIRES is a string column: kubectl prints a future time in a date column as <invalid>.
+// +kubebuilder:printcolumn:name="EXPIRES",type=string,JSONPath=`.spec.expiresAt`,description="When the tombstone is removed"
 
 // ActionTombstone is the controller's record of a finished ExternalAction whose object is gone. Its name is the
 // action's name, in the action's namespace. It is written by the controller; do not edit it.

@@ -282,7 +282,8 @@ type ExternalActionStatus struct {
 // +kubebuilder:printcolumn:name="PHASE",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="CODE",type=integer,JSONPath=`.status.response.statusCode`
 // +kubebuilder:printcolumn:name="ATTEMPTS",type=integer,JSONPath=`.status.attempts`
-// +kubebuilder:printcolumn:name="NEXT",type=date,JSONPath=`.status.nextAttemptAt`
+// NEXT is a string column: kubectl prints a future time in a date column as <invalid>.
+// +kubebuilder:printcolumn:name="NEXT",type=string,JSONPath=`.status.nextAttemptAt`,description="When the next attempt is due"
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="DESTINATION",type=string,JSONPath=`.spec.destinationRef.name`,priority=1
 // +kubebuilder:printcolumn:name="ERROR",type=string,JSONPath=`.status.lastError`,priority=1
