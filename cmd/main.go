@@ -59,15 +59,19 @@ func run() int {
 		"e.g. :8443 (HTTPS) or :8080 (HTTP with --metrics-secure=false). 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
 	flag.BoolVar(&leaderElect, "leader-elect", true, "Enable leader election: only one manager sends at a time.")
-	flag.StringVar(&leNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	flag.StringVar(&leNamespace, "leader-election-namespace", "",
+		"Namespace of the leader election Lease (default: the pod's namespace).")
 	flag.StringVar(&controllerNS, "controller-namespace", envOr("POD_NAMESPACE", "actionledger-system"),
 		"Namespace whose Secrets ClusterDestinations may read.")
-	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with authentication and authorization.")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true,
+		"Serve metrics over HTTPS with authentication and authorization.")
 	flag.BoolVar(&enableHTTP2, "enable-http2", false, "Enable HTTP/2 for the metrics server.")
-	flag.Float64Var(&qps, "kube-api-qps", 200, "Queries per second to the Kubernetes API server (client-go's default of 20 throttles status writes).")
+	flag.Float64Var(&qps, "kube-api-qps", 200,
+		"Queries per second to the Kubernetes API server (client-go's default of 20 throttles status writes).")
 	flag.IntVar(&burst, "kube-api-burst", 400, "Burst of queries to the Kubernetes API server.")
 	flag.IntVar(&concurrency, "max-concurrent-reconciles", 16, "ExternalActions reconciled (and sent) in parallel.")
-	flag.DurationVar(&claimMargin, "claim-margin", 5*time.Second, "Added to a destination's timeout to form a claim's expiry.")
+	flag.DurationVar(&claimMargin, "claim-margin", 5*time.Second,
+		"Added to a destination's timeout to form a claim's expiry.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -92,7 +96,8 @@ func run() int {
 		setupLog.Error(err, "Failed to set up the manager")
 		return 1
 	}
-	setupLog.Info("Starting manager", "leaderElection", leaderElect, "qps", qps, "burst", burst, "concurrency", concurrency)
+	setupLog.Info("Starting manager",
+		"leaderElection", leaderElect, "qps", qps, "burst", burst, "concurrency", concurrency)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Failed to run manager")
 		return 1

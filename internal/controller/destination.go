@@ -2,9 +2,7 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -22,6 +20,9 @@ import (
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/retry"
 )
+
+// kindClusterDestination is the destinationRef kind that names a cluster-scoped ClusterDestination.
+const kindClusterDestination = "ClusterDestination"
 
 // Policy defaults (CONTRACT "retryPolicy", "retention").
 const (
@@ -71,7 +72,7 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 	var spec *actionsv1alpha1.DestinationSpec
 	var id, secretNS string
 	switch ref.Kind {
-	case "ClusterDestination":
+	case kindClusterDestination:
 		cd := &actionsv1alpha1.ClusterDestination{}
 		if err := r.Get(ctx, types.NamespacedName{Name: ref.Name}, cd); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -346,10 +347,4 @@ func idempotencyKey(spec *actionsv1alpha1.DestinationSpec, namespace, name strin
 		format = spec.Idempotency.KeyFormat
 	}
 	return strings.NewReplacer("{namespace}", namespace, "{name}", name).Replace(format)
-}
-
-// bodyHash returns "sha256:"+hex of b.
-func bodyHash(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -99,7 +99,7 @@ func sameCondition(conds []metav1.Condition, c metav1.Condition) bool {
 
 func kindOf(cluster bool) string {
 	if cluster {
-		return "ClusterDestination"
+		return kindClusterDestination
 	}
 	return "Destination"
 }

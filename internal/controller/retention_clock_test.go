@@ -85,7 +85,7 @@ func TestRetentionUsesTheControllersClock(t *testing.T) {
 		return cur, true
 	}
 
-	for i := 0; i < 5; i++ {
+	for range 5 {
 		if cur, _ := get(); cur.Status.Phase == actionsv1alpha1.PhaseSucceeded {
 			break
 		}
@@ -120,7 +120,7 @@ func TestRetentionUsesTheControllersClock(t *testing.T) {
 
 	// At expiresAt: deleted, the finalizer writes the tombstone and goes.
 	clk.Step(time.Second)
-	for i := 0; i < 3; i++ {
+	for range 3 {
 		if _, ok := get(); !ok {
 			break
 		}

@@ -66,7 +66,7 @@ func TestStaleCacheSendsNothing(t *testing.T) {
 		Recorder: fakeEventRecorder(), Clock: clock.RealClock{}, Executor: httpexec.New(),
 		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Holder: "stale-holder", ClaimMargin: time.Second,
 	}
-	for i := 0; i < 3; i++ {
+	for range 3 {
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(stale)}); err != nil {
 			t.Fatalf("stale reconcile: %v", err)
 		}

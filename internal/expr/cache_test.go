@@ -53,10 +53,18 @@ func TestCacheErrors(t *testing.T) {
 func TestCacheEviction(t *testing.T) {
 	c := NewCache(2)
 	src := func(i int) string { return fmt.Sprintf("response.statusCode == %d", i) }
-	a, _ := c.Get(src(1))
-	c.Get(src(2))
-	c.Get(src(1)) // 1 is now most recently used
-	c.Get(src(3)) // evicts 2
+	get := func(i int) *Program {
+		t.Helper()
+		p, err := c.Get(src(i))
+		if err != nil {
+			t.Fatalf("Get(%q): %v", src(i), err)
+		}
+		return p
+	}
+	a := get(1)
+	get(2)
+	get(1) // 1 is now most recently used
+	get(3) // evicts 2
 	if c.Len() != 2 {
 		t.Fatalf("Len = %d, want 2", c.Len())
 	}

@@ -201,7 +201,7 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 		StartedAt:  c.StartedAt,
 		FinishedAt: ptrTime(o.FinishedAt),
 		Result:     string(o.Class),
-		StatusCode: int32(o.StatusCode),
+		StatusCode: int32(o.StatusCode), //nolint:gosec // G115: HTTP status codes are three digits
 		ErrorClass: o.ErrorClass,
 		RetryAfter: o.RetryAfter,
 	}
@@ -274,7 +274,7 @@ func uncertain(cur *actionsv1alpha1.ExternalActionStatus, env Env, errorClass, w
 			msg = why + fmt.Sprintf("; %d post-check(s) were inconclusive", c.PostChecks) + msg[len(why):]
 		}
 		finish(st, env, actionsv1alpha1.PhaseOutcomeUnknown, actionsv1alpha1.ReasonOutcomeUnknown, msg)
-		st.LastError = truncate(why, 1024)
+		st.LastError = truncate(why)
 		return Step{Kind: KindNone, Status: st, Event: &Event{Warning: true, Reason: actionsv1alpha1.ReasonOutcomeUnknown, Message: msg}}
 	}
 }
@@ -349,7 +349,7 @@ func Fail(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, env Env
 		return Step{Kind: KindNone}
 	}
 	st := cur.DeepCopy()
-	st.LastError = truncate(msg, 1024)
+	st.LastError = truncate(msg)
 	finish(st, env, actionsv1alpha1.PhaseFailed, reason, msg)
 	return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Warning: true, Reason: reason, Message: msg}}
 }
@@ -360,7 +360,7 @@ func Conflict(cur *actionsv1alpha1.ExternalActionStatus, msg string, env Env) St
 		return Step{Kind: KindNone}
 	}
 	st := cur.DeepCopy()
-	st.LastError = truncate(msg, 1024)
+	st.LastError = truncate(msg)
 	finish(st, env, actionsv1alpha1.PhaseConflict, actionsv1alpha1.ReasonFingerprintConflict, msg)
 	st.ExpiresAt = nil // a conflicting object is the user's to fix or delete; it is never collected
 	return Step{Kind: KindNone, Status: st, Event: &Event{Warning: true, Reason: actionsv1alpha1.ReasonFingerprintConflict, Message: msg}}
@@ -402,7 +402,7 @@ func Resolve(cur *actionsv1alpha1.ExternalActionStatus, decision, reason string,
 		return Step{}, fmt.Errorf("a decision applies only in phase OutcomeUnknown or Exhausted, not %s", cur.Phase)
 	}
 	st := cur.DeepCopy()
-	st.Resolution = &actionsv1alpha1.Resolution{Decision: decision, Reason: truncate(reason, 1024), At: metav1.NewTime(env.Now)}
+	st.Resolution = &actionsv1alpha1.Resolution{Decision: decision, Reason: truncate(reason), At: metav1.NewTime(env.Now)}
 	st.Claim = nil
 	last := st.Attempts
 	msg := fmt.Sprintf("a person decided %q", decision)
@@ -482,7 +482,7 @@ func expiry(st *actionsv1alpha1.ExternalActionStatus) time.Time {
 func setPhase(st *actionsv1alpha1.ExternalActionStatus, phase actionsv1alpha1.Phase, reason, msg string, env Env) {
 	st.Phase = phase
 	st.ObservedGeneration = env.Generation
-	msg = truncate(msg, 1024)
+	msg = truncate(msg)
 	set := func(t string, on bool, r, m string) {
 		s := metav1.ConditionFalse
 		if on {
@@ -515,11 +515,7 @@ func condReason(st *actionsv1alpha1.ExternalActionStatus, t, reason string) bool
 }
 
 func maxAttempts(st *actionsv1alpha1.ExternalActionStatus, env Env) int32 {
-	m := env.Policy.MaxAttempts
-	if m < 1 {
-		m = 1
-	}
-	return m + st.ManualRetries
+	return max(env.Policy.MaxAttempts, 1) + st.ManualRetries
 }
 
 func maxPostChecks(env Env) int32 {
@@ -580,14 +576,17 @@ func lastError(o Outcome) string {
 	if o.Class == retry.ClassSuccess {
 		return ""
 	}
-	return truncate(string(o.Class)+": "+describe(o), 1024)
+	return truncate(string(o.Class) + ": " + describe(o))
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
+// maxMessageLen caps the messages the ledger stores in status (lastError, resolution reason), in bytes.
+const maxMessageLen = 1024
+
+func truncate(s string) string {
+	if len(s) <= maxMessageLen {
 		return s
 	}
-	return s[:n-3] + "..."
+	return s[:maxMessageLen-3] + "..."
 }
 
 // ceilSecond rounds t up to a whole second: metav1.Time keeps only whole seconds on the wire, so a schedule

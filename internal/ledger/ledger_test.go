@@ -48,9 +48,11 @@ func claimed(env Env, n int32) *actionsv1alpha1.ExternalActionStatus {
 func mt(t time.Time) metav1.Time { return metav1.NewTime(t) }
 
 // checkConditions asserts Ready/Reconciling/Stalled for the phase, with observedGeneration.
+//
+//nolint:unparam // gen is the generation under test, spelled out at each call rather than implied.
 func checkConditions(t *testing.T, st *actionsv1alpha1.ExternalActionStatus, gen int64) {
 	t.Helper()
-	want := map[string]bool{}
+	var want map[string]bool
 	switch st.Phase {
 	case actionsv1alpha1.PhaseSucceeded:
 		want = map[string]bool{actionsv1alpha1.ConditionReady: true}
@@ -115,7 +117,7 @@ func TestAdvanceClaim(t *testing.T) {
 			if c.Attempt != tc.attempts+1 || step.Status.Attempts != tc.attempts+1 || c.Holder != "h1" || !c.StartedAt.Time.Equal(t0) {
 				t.Errorf("claim = %+v, attempts %d", c, step.Status.Attempts)
 			}
-			if c.ExpiresAt.IsZero() || !c.ExpiresAt.Time.After(c.StartedAt.Time) || !c.ExpiresAt.Time.Equal(tc.wantExpiry) {
+			if c.ExpiresAt.IsZero() || !c.ExpiresAt.After(c.StartedAt.Time) || !c.ExpiresAt.Time.Equal(tc.wantExpiry) {
 				t.Errorf("expiresAt = %v, want %v (absolute, after startedAt)", c.ExpiresAt, tc.wantExpiry)
 			}
 			if step.Status.Phase != actionsv1alpha1.PhaseInProgress || step.Status.NextAttemptAt != nil {
@@ -382,7 +384,7 @@ func TestRecordCheck(t *testing.T) {
 	})
 	t.Run("inconclusive until maxChecks, then OutcomeUnknown", func(t *testing.T) {
 		step, ok := RecordCheck(start(), 1, VerdictInconclusive, nil, env)
-		if !ok || step.Kind != KindWait || step.Status.Claim == nil || step.Status.Claim.PostChecks != 1 || !step.Status.Claim.ExpiresAt.Time.After(env.Now) {
+		if !ok || step.Kind != KindWait || step.Status.Claim == nil || step.Status.Claim.PostChecks != 1 || !step.Status.Claim.ExpiresAt.After(env.Now) {
 			t.Fatalf("first inconclusive: %+v", step)
 		}
 		e := env
@@ -477,7 +479,7 @@ func TestResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if step.Status.Deadline == nil || !step.Status.Deadline.Time.After(e.Now) {
+		if step.Status.Deadline == nil || !step.Status.Deadline.After(e.Now) {
 			t.Fatalf("deadline %v", step.Status.Deadline)
 		}
 		e.Policy.Deadline = step.Status.Deadline.Time

@@ -99,7 +99,7 @@ func TestFairnessAcrossNamespaces(t *testing.T) {
 // the admissions the counts differ by at most one, whatever the arrival order.
 func TestFairnessThreeNamespacesRoundRobin(t *testing.T) {
 	l := Limits{RequestsPerSecond: 10, Burst: 1}
-	var events []event
+	events := make([]event, 0, 150)
 	events = append(events, asks(destA, "x", 60, t0)...)
 	events = append(events, asks(destA, "y", 30, sec(0.05))...)
 	events = append(events, asks(destA, "z", 60, sec(0.05))...)
@@ -550,7 +550,7 @@ func TestRandomizedBound(t *testing.T) {
 			s := newSimulation(NewRegistry(WithGrace(500*time.Millisecond)), map[string]Limits{destA: l})
 			s.late = func(string) time.Duration { return time.Duration(rnd.Int64N(int64(700 * time.Millisecond))) }
 			s.vanish = map[string]bool{}
-			var events []event
+			events := make([]event, 0, 300)
 			for i := range 300 {
 				ns := fmt.Sprintf("ns%d", rnd.IntN(4))
 				key := fmt.Sprintf("%s/k%d", ns, i)
@@ -577,11 +577,9 @@ func TestConcurrentCallers(t *testing.T) {
 	var clock atomic.Int64 // nanoseconds since t0
 	var admitted [3]atomic.Int64
 	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rnd := rand.New(rand.NewPCG(uint64(g), 7))
+	for g := range uint64(8) {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(g, 7))
 			for i := range 3000 {
 				now := t0.Add(time.Duration(clock.Add(int64(rnd.IntN(200)) * int64(time.Microsecond))))
 				di := rnd.IntN(len(dests))
@@ -601,7 +599,7 @@ func TestConcurrentCallers(t *testing.T) {
 					}
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Duration(clock.Load()).Seconds()

@@ -9,19 +9,22 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
+// labelDestination is the destination label ("Destination/<namespace>/<name>" or "ClusterDestination/<name>").
+const labelDestination = "destination"
+
 var (
 	// Attempts counts attempts sent, by destination and result class (Success, Rejected, Retryable,
 	// InProgress, NotSent, Uncertain).
 	Attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "actionledger_attempts_total",
 		Help: "Attempts sent to destinations, by destination and result class.",
-	}, []string{"destination", "result"})
+	}, []string{labelDestination, "result"})
 
 	// Retries counts attempts after the first, by destination.
 	Retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "actionledger_retries_total",
 		Help: "Attempts after an action's first attempt, by destination.",
-	}, []string{"destination"})
+	}, []string{labelDestination})
 
 	// Replays counts outcomes returned without a send (from a tombstone).
 	Replays = prometheus.NewCounter(prometheus.CounterOpts{
@@ -45,7 +48,7 @@ var (
 	Exhausted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "actionledger_exhausted_total",
 		Help: "Actions that ended Exhausted (attempts, deadline or budget ran out), by destination.",
-	}, []string{"destination"})
+	}, []string{labelDestination})
 
 	// ManualResolutions counts people's decisions, by decision (applied, not-applied, retry).
 	ManualResolutions = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -73,13 +76,13 @@ var (
 		Name:    "actionledger_attempt_duration_seconds",
 		Help:    "Duration of one attempt, from its claim to its outcome, in seconds, by destination.",
 		Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
-	}, []string{"destination"})
+	}, []string{labelDestination})
 
 	// Delayed counts admissions refused by a destination's rate limit, pause or retry budget, by destination and reason.
 	Delayed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "actionledger_delayed_total",
 		Help: "Sends delayed by a destination's rate limit, Retry-After pause or retry budget, by destination and reason.",
-	}, []string{"destination", "reason"})
+	}, []string{labelDestination, "reason"})
 )
 
 func init() {

@@ -53,7 +53,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -299,7 +299,7 @@ func (s *Server) Summary() Summary {
 			sum.DuplicateKeys = append(sum.DuplicateKeys, key)
 		}
 	}
-	sort.Strings(sum.DuplicateKeys)
+	slices.Sort(sum.DuplicateKeys)
 	return sum
 }
 
@@ -325,7 +325,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.serveEffectByID(w, r.URL.Path[len("/effects/"):])
 			return
 		case r.URL.Path == "/_summary":
-			writeJSON(w, http.StatusOK, nil, s.Summary())
+			writeJSON(w, http.StatusOK, s.Summary())
 			return
 		}
 	}
@@ -335,7 +335,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serveEffectByKey(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if !q.Has("key") || q.Get("key") == "" {
-		writeJSON(w, http.StatusBadRequest, nil, errorBody{Code: CodeMissingKeyArg})
+		writeJSON(w, http.StatusBadRequest, errorBody{Code: CodeMissingKeyArg})
 		return
 	}
 	s.answerEffect(w, q.Get("key"))
@@ -346,7 +346,7 @@ func (s *Server) serveEffectByID(w http.ResponseWriter, id string) {
 	key, ok := s.ids[id]
 	s.mu.Unlock()
 	if !ok {
-		writeJSON(w, http.StatusNotFound, nil, effectStatus{Applied: false})
+		writeJSON(w, http.StatusNotFound, effectStatus{Applied: false})
 		return
 	}
 	s.answerEffect(w, key)
@@ -361,10 +361,10 @@ type effectStatus struct {
 func (s *Server) answerEffect(w http.ResponseWriter, key string) {
 	n := s.Effects(key)
 	if n == 0 {
-		writeJSON(w, http.StatusNotFound, nil, effectStatus{Applied: false})
+		writeJSON(w, http.StatusNotFound, effectStatus{Applied: false})
 		return
 	}
-	writeJSON(w, http.StatusOK, nil, effectStatus{Applied: true, Count: n, ID: EffectID(key)})
+	writeJSON(w, http.StatusOK, effectStatus{Applied: true, Count: n, ID: EffectID(key)})
 }
 
 type errorBody struct {
@@ -446,8 +446,7 @@ func (s *Server) serveEffect(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	if readErr != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(readErr, &tooLarge) {
+		if _, tooLarge := errors.AsType[*http.MaxBytesError](readErr); tooLarge {
 			s.answer(w, rec, http.StatusRequestEntityTooLarge, nil, mustJSON(errorBody{Code: CodeBodyTooLarge}))
 			return
 		}
@@ -629,10 +628,7 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-func writeJSON(w http.ResponseWriter, status int, h http.Header, v any) {
-	for k, vs := range h {
-		w.Header()[k] = vs
-	}
+func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(mustJSON(v))

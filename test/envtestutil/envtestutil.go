@@ -141,12 +141,14 @@ func (e *Env) StartManager(t testing.TB, o app.Options) (stop func()) {
 // Namespace creates a fresh namespace (tenant) for one test.
 func (e *Env) Namespace(t testing.TB) string {
 	t.Helper()
-	name := fmt.Sprintf("t%d-%s", nsCounter.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
+	base := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	name := fmt.Sprintf("t%d-%s", nsCounter.Add(1), base)
 	if len(name) > 60 {
 		name = name[:60]
 	}
 	name = strings.TrimRight(name, "-")
-	if err := e.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := e.Client.Create(context.Background(), nsObj); err != nil {
 		t.Fatalf("namespace: %v", err)
 	}
 	return name
@@ -210,7 +212,9 @@ func (e *Env) Get(t testing.TB, ns, name string) *actionsv1alpha1.ExternalAction
 }
 
 // WaitFor polls the action every 50ms until cond holds, or fails the test after timeout.
-func (e *Env) WaitFor(t testing.TB, ns, name string, timeout time.Duration, what string, cond func(*actionsv1alpha1.ExternalAction) bool) *actionsv1alpha1.ExternalAction {
+func (e *Env) WaitFor(
+	t testing.TB, ns, name string, timeout time.Duration, what string, cond func(*actionsv1alpha1.ExternalAction) bool,
+) *actionsv1alpha1.ExternalAction {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -228,9 +232,13 @@ func (e *Env) WaitFor(t testing.TB, ns, name string, timeout time.Duration, what
 }
 
 // WaitPhase waits for the action's phase.
-func (e *Env) WaitPhase(t testing.TB, ns, name string, phase actionsv1alpha1.Phase, timeout time.Duration) *actionsv1alpha1.ExternalAction {
+func (e *Env) WaitPhase(
+	t testing.TB, ns, name string, phase actionsv1alpha1.Phase, timeout time.Duration,
+) *actionsv1alpha1.ExternalAction {
 	t.Helper()
-	return e.WaitFor(t, ns, name, timeout, "phase "+string(phase), func(xa *actionsv1alpha1.ExternalAction) bool { return xa.Status.Phase == phase })
+	return e.WaitFor(t, ns, name, timeout, "phase "+string(phase), func(xa *actionsv1alpha1.ExternalAction) bool {
+		return xa.Status.Phase == phase
+	})
 }
 
 // Events lists "Reason: message" of the core Events regarding the named object.

@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,7 +115,7 @@ func checkMetrics(t *testing.T, run *realPhases) {
 			t.Errorf("%s has type %s, want %s", name, fam.GetType(), want.typ)
 		}
 		for _, m := range fam.GetMetric() {
-			var got []string
+			got := make([]string, 0, len(m.GetLabel()))
 			for _, l := range m.GetLabel() {
 				got = append(got, l.GetName())
 				v := l.GetValue()
@@ -126,8 +126,8 @@ func checkMetrics(t *testing.T, run *realPhases) {
 					t.Errorf("%s destination label %q is not Destination/<ns>/<name> or ClusterDestination/<name>", name, v)
 				}
 			}
-			sort.Strings(got)
-			if fmt.Sprint(got) != fmt.Sprint(want.labels) && !(len(got) == 0 && len(want.labels) == 0) {
+			slices.Sort(got)
+			if fmt.Sprint(got) != fmt.Sprint(want.labels) && (len(got) != 0 || len(want.labels) != 0) {
 				t.Errorf("%s has labels %v, want %v", name, got, want.labels)
 			}
 		}
@@ -315,7 +315,7 @@ func checkExpr(t *testing.T, what, expr string, fams map[string]*dto.MetricFamil
 			continue
 		}
 		have := familyLabels(f, bucket)
-		for _, part := range strings.Split(m[2], ",") {
+		for part := range strings.SplitSeq(m[2], ",") {
 			if strings.TrimSpace(part) == "" {
 				continue
 			}
@@ -335,7 +335,7 @@ func checkExpr(t *testing.T, what, expr string, fams map[string]*dto.MetricFamil
 		}
 	}
 	for _, g := range grouping.FindAllStringSubmatch(expr, -1) {
-		for _, l := range strings.Split(g[1], ",") {
+		for l := range strings.SplitSeq(g[1], ",") {
 			if l = strings.TrimSpace(l); l != "" && !labels[l] {
 				t.Errorf("%s: groups by %q, which none of %v carries", what, l, refs)
 			}

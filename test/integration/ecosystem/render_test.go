@@ -43,7 +43,7 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 		t.Skipf("bin/kustomize is not installed (run 'make kustomize'); skipping the render of %s", dir)
 	}
 	var out, stderr bytes.Buffer
-	cmd := exec.Command(bin, "build", filepath.Join(root, dir))
+	cmd := exec.CommandContext(t.Context(), bin, "build", filepath.Join(root, dir))
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kustomize build %s: %v\n%s", dir, err, stderr.String())
@@ -218,7 +218,7 @@ func TestRenderedRBACRunsTheManager(t *testing.T) {
 		t.Fatalf("the manager's ServiceAccount creating an ExternalAction: err %v, want Forbidden (is RBAC enforced?)", err)
 	}
 
-	const token = "rbac-test-token"
+	const token = "rbac-test-token" //nolint:gosec // G101: a fake token for a test Secret
 	env.Create(t, &corev1.Secret{ObjectMeta: metaNS(tenant, "tok"), StringData: map[string]string{"token": token}})
 	srv, url := envtestutil.DestinationServer(t, destination.Options{})
 	env.CreateDestination(t, tenant, "payments", url, func(s *actionsv1alpha1.DestinationSpec) {

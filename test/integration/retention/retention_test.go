@@ -31,7 +31,7 @@ var env *envtestutil.Env
 
 func TestMain(m *testing.M) { envtestutil.Main(m, &env) }
 
-func ttl(sec int32) *int32 { return &sec }
+func ttl(sec int32) *int32 { return new(sec) }
 
 func retention(tombstoneTTL time.Duration) func(*actionsv1alpha1.DestinationSpec) {
 	return func(s *actionsv1alpha1.DestinationSpec) {

@@ -67,7 +67,7 @@ func TestSharedRateLimitC11(t *testing.T) {
 	}
 
 	// 20 actions in each namespace, created at once (one creator per namespace).
-	var keys []string
+	keys := make([]string, 0, 2*perNS)
 	var wg sync.WaitGroup
 	for _, ns := range []string{nsX, nsY} {
 		for i := range perNS {

@@ -283,9 +283,9 @@ func TestActionPolicyOnlyTightens(t *testing.T) {
 	env.StartManager(t, app.Options{})
 
 	loose := envtestutil.Action(ns, "loose", "svc", "/x", `{}`)
-	loose.Spec.RetryPolicy = &actionsv1alpha1.RetryPolicy{MaxAttempts: ptr(int32(10))}
+	loose.Spec.RetryPolicy = &actionsv1alpha1.RetryPolicy{MaxAttempts: new(int32(10))}
 	tight := envtestutil.Action(ns, "tight", "svc", "/x", `{}`)
-	tight.Spec.RetryPolicy = &actionsv1alpha1.RetryPolicy{MaxAttempts: ptr(int32(2))}
+	tight.Spec.RetryPolicy = &actionsv1alpha1.RetryPolicy{MaxAttempts: new(int32(2))}
 	env.Create(t, loose)
 	env.Create(t, tight)
 

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) { envtestutil.Main(m, &env) }
 // tolerance absorbs clock granularity between the destination's arrival stamps and the controller's clock.
 const tolerance = 20 * time.Millisecond
 
-func ptr[T any](v T) *T { return &v }
+func ptr[T any](v T) *T { return new(v) }
 
 // policy returns a destination retry policy without jitter, so the scheduled delays are known.
 func policy(maxAttempts int32, initial time.Duration) *actionsv1alpha1.RetryPolicy {
@@ -133,7 +133,7 @@ func touchLabels(t *testing.T, ns, name string, interval time.Duration) (stop fu
 // closedPort returns a loopback address on which nothing listens (a listener opened, then closed).
 func closedPort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ package uncertain
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -113,9 +114,7 @@ func annotate(t *testing.T, ns, name string, kv map[string]string) {
 		if xa.Annotations == nil {
 			xa.Annotations = map[string]string{}
 		}
-		for k, v := range kv {
-			xa.Annotations[k] = v
-		}
+		maps.Copy(xa.Annotations, kv)
 		err := env.Client.Update(context.Background(), xa)
 		if err != nil && !apierrors.IsConflict(err) {
 			t.Fatalf("annotating %s/%s: %v", ns, name, err)
@@ -125,7 +124,7 @@ func annotate(t *testing.T, ns, name string, kv map[string]string) {
 }
 
 func historyResults(xa *actionsv1alpha1.ExternalAction) string {
-	var parts []string
+	parts := make([]string, 0, len(xa.Status.AttemptHistory))
 	for _, h := range xa.Status.AttemptHistory {
 		parts = append(parts, h.Result)
 	}
