@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"net/http/httptest"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -82,9 +82,7 @@ func TestChaos(t *testing.T) {
 		close(stopCreating)
 		wg.Wait()
 	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		createFor := p.chaosFor * 6 / 10
 		for i := range p.actions {
 			select {
@@ -95,11 +93,11 @@ func TestChaos(t *testing.T) {
 			for _, w := range worlds {
 				w.create(t, i)
 			}
-			if d := start.Add(createFor * time.Duration(i+1) / time.Duration(p.actions)).Sub(time.Now()); d > 0 {
+			if d := time.Until(start.Add(createFor * time.Duration(i+1) / time.Duration(p.actions))); d > 0 {
 				time.Sleep(d)
 			}
 		}
-	}()
+	})
 
 	// Chaos: SIGKILL a manager at a random moment and restart it; sometimes run a second one beside it.
 	for events := 0; events < p.maxEvents && time.Since(start) < p.chaosFor; events++ {
@@ -185,7 +183,7 @@ func newWorld(t *testing.T, tox *toxiproxy.ApiServer, mode string, dedup bool, n
 	policy := func(s *actionsv1alpha1.DestinationSpec) {
 		s.Timeout = &metav1.Duration{Duration: 2 * time.Second}
 		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{
-			MaxAttempts:    ptr(int32(10)),
+			MaxAttempts:    new(int32(10)),
 			InitialBackoff: &metav1.Duration{Duration: 200 * time.Millisecond},
 			MaxBackoff:     &metav1.Duration{Duration: 2 * time.Second},
 			Deadline:       &metav1.Duration{Duration: 30 * time.Minute},
@@ -241,7 +239,7 @@ func (w *world) create(t *testing.T, i int) {
 	}
 	xa := envtestutil.Action(w.ns, name, dest, "/charges", fmt.Sprintf(`{"amount":%d,"currency":"EUR"}`, 100+i))
 	var err error
-	for try := 0; try < 5; try++ {
+	for range 5 {
 		if err = env.Client.Create(context.Background(), xa.DeepCopy()); err == nil {
 			break
 		}
@@ -314,8 +312,8 @@ func (w *world) check(t *testing.T, kills int) {
 		}
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
-	var ph []string
+	slices.Sort(keys)
+	ph := make([]string, 0, len(keys))
 	for _, k := range keys {
 		n := phases[k]
 		if k == "None" {
@@ -354,7 +352,7 @@ func (w *world) check(t *testing.T, kills int) {
 		}
 	}
 	if len(lost) != 0 {
-		sort.Strings(lost)
+		slices.Sort(lost)
 		for i, n := range lost {
 			if i == 10 {
 				t.Errorf("... and %d more", len(lost)-10)
@@ -399,11 +397,12 @@ func (w *world) check(t *testing.T, kills int) {
 }
 
 func requestsOf(srv *destination.Server, key string) string {
-	var parts []string
-	for _, r := range srv.RequestLog(key) {
+	log := srv.RequestLog(key)
+	parts := make([]string, 0, len(log))
+	for _, r := range log {
 		parts = append(parts, fmt.Sprintf("%s@%s status=%d applied=%t replayed=%t", r.Method, r.At.Format("15:04:05.000"), r.Status, r.Applied, r.Replayed))
 	}
 	return "[" + strings.Join(parts, "; ") + "]"
 }
 
-func ptr[T any](v T) *T { return &v }
+//go:fix inline

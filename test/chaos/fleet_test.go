@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,7 +46,7 @@ func newFleet(t *testing.T) *fleet {
 	t.Helper()
 	f := &fleet{t: t, dir: t.TempDir()}
 	f.bin = filepath.Join(f.dir, "actionledger")
-	build := exec.Command("go", "build", "-o", f.bin, "./cmd")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", f.bin, "./cmd")
 	build.Dir = envtestutil.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the manager: %v\n%s", err, out)
@@ -74,7 +75,7 @@ func writeKubeconfig(cfg *rest.Config, path string) error {
 }
 
 // start starts one more manager process.
-func (f *fleet) start() *proc {
+func (f *fleet) start() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := &proc{id: len(f.all) + 1, done: make(chan struct{})}
@@ -90,7 +91,7 @@ func (f *fleet) start() *proc {
 	if os.Getenv("CHAOS_VERBOSE") != "" {
 		args = append(args, "--zap-log-level=debug")
 	}
-	p.cmd = exec.Command(f.bin, args...)
+	p.cmd = exec.CommandContext(context.Background(), f.bin, args...) // killed by the chaos loop and stopAll
 	p.cmd.Stdout, p.cmd.Stderr = out, out
 	p.cmd.Env = append(os.Environ(), "POD_NAMESPACE=default")
 	if err := p.cmd.Start(); err != nil {
@@ -104,7 +105,6 @@ func (f *fleet) start() *proc {
 	}()
 	f.all = append(f.all, p)
 	f.live = append(f.live, p)
-	return p
 }
 
 // kill SIGKILLs p and waits for it to be gone.
