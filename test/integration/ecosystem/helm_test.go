@@ -1,0 +1,345 @@
+package ecosystem_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/actionledger/actionledger/test/envtestutil"
+)
+
+const (
+	chartDir    = "dist/chart"
+	releaseName = "actionledger"
+)
+
+var (
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
+)
+
+// helmBinary returns bin/helm, building it with 'make helm' (go install from the module proxy) when it is
+// missing. The test skips only when the build itself is impossible (no make, no module proxy).
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	helmOnce.Do(func() {
+		root := envtestutil.RepoRoot()
+		helmPath = filepath.Join(root, "bin", "helm")
+		if _, err := os.Stat(helmPath); err == nil {
+			return
+		}
+		var out bytes.Buffer
+		cmd := exec.CommandContext(context.Background(), "make", "-C", root, "helm")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			helmErr = errors.Join(err, errors.New(out.String()))
+			return
+		}
+		if _, err := os.Stat(helmPath); err != nil {
+			helmErr = err
+		}
+	})
+	if helmErr != nil {
+		t.Skipf("bin/helm is missing and 'make helm' could not build it: %v", helmErr)
+	}
+	return helmPath
+}
+
+// helmTemplate renders dist/chart as 'helm template actionledger dist/chart --namespace actionledger-system'
+// with extra flags, and decodes the objects.
+func helmTemplate(t *testing.T, extra ...string) []*unstructured.Unstructured {
+	t.Helper()
+	root := envtestutil.RepoRoot()
+	args := append([]string{"template", releaseName, filepath.Join(root, chartDir), "--namespace", installNamespace}, extra...)
+	var out, stderr bytes.Buffer
+	cmd := exec.CommandContext(t.Context(), helmBinary(t), args...)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return decodeAll(t, &out, "helm template")
+}
+
+func decodeAll(t *testing.T, r io.Reader, what string) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("decoding %s: %v", what, err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+	return objs
+}
+
+func key(o *unstructured.Unstructured) string {
+	return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+}
+
+// dryRunApply creates the install Namespace for real, then server-side applies every object with dry run
+// against the envtest API server (which already has our CRDs installed).
+func dryRunApply(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: installNamespace}}
+	if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating Namespace %s: %v", installNamespace, err)
+	}
+	for _, o := range objs {
+		ac := client.ApplyConfigurationFromUnstructured(o.DeepCopy())
+		if err := env.Client.Apply(ctx, ac, client.DryRunAll, client.ForceOwnership, client.FieldOwner("helm-test")); err != nil {
+			t.Errorf("server-side dry-run apply of %s: %v", key(o), err)
+		}
+	}
+}
+
+// The chart renders with its default values into the namespace of the release, holds the same CRDs as
+// config/crd/bases, runs the manager as config/default does, and every object it renders is accepted by a
+// real API server (server-side apply, dry run). A second render with every optional part the API server can
+// check (admin/editor/viewer roles, NetworkPolicy, namespaced RBAC) is dry-run applied too.
+func TestHelmChartRendersAndDryRunApplies(t *testing.T) {
+	objs := helmTemplate(t)
+
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+		namespaced := o.GetKind() != "CustomResourceDefinition" && !strings.HasPrefix(o.GetKind(), "Cluster")
+		if namespaced && o.GetNamespace() != installNamespace {
+			t.Errorf("%s is not in the release namespace %s", key(o), installNamespace)
+		}
+		if !namespaced && o.GetNamespace() != "" {
+			t.Errorf("cluster-scoped %s has a namespace", key(o))
+		}
+	}
+	if kinds["CustomResourceDefinition"] != 4 || kinds["Deployment"] != 1 || kinds["ServiceAccount"] != 1 || kinds["Service"] != 1 {
+		t.Fatalf("rendered kinds %v: want 4 CRDs, 1 Deployment, 1 ServiceAccount, 1 Service", kinds)
+	}
+	checkDeployment(t, objs)
+	checkCRDsMatchConfig(t, objs)
+	dryRunApply(t, objs)
+
+	t.Run("lint", func(t *testing.T) {
+		out, err := exec.CommandContext(t.Context(), helmBinary(t), "lint", "--strict", filepath.Join(envtestutil.RepoRoot(), chartDir)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm lint --strict %s: %v\n%s", chartDir, err, out)
+		}
+	})
+	t.Run("all optional parts", func(t *testing.T) {
+		full := helmTemplate(t, "--set", "rbac.helpers.enabled=true", "--set", "networkPolicy.enabled=true",
+			"--set", "manager.image.repository=registry.example/actionledger", "--set", "manager.image.tag=v9.9.9")
+		if find(full, "NetworkPolicy", "actionledger-allow-metrics-traffic") == nil || find(full, "ClusterRole", "actionledger-externalaction-viewer-role") == nil {
+			t.Fatalf("the render with helpers and networkPolicy enabled lacks them: %v", keys(full))
+		}
+		d := find(full, "Deployment", managerSA)
+		if d == nil {
+			t.Fatalf("no Deployment %s in the render: %v", managerSA, keys(full))
+		}
+		cs, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+		if len(cs) != 1 || cs[0].(map[string]any)["image"] != "registry.example/actionledger:v9.9.9" {
+			t.Errorf("manager.image.repository/tag do not set the manager image: containers %v", cs)
+		}
+		dryRunApply(t, full)
+	})
+	t.Run("namespaced RBAC", func(t *testing.T) {
+		nsd := helmTemplate(t, "--set", "rbac.namespaced=true")
+		if r := find(nsd, "Role", "actionledger-manager-role"); r == nil || r.GetNamespace() != installNamespace {
+			t.Fatalf("rbac.namespaced=true does not render the manager Role in %s: %v", installNamespace, keys(nsd))
+		}
+		dryRunApply(t, nsd)
+	})
+}
+
+func keys(objs []*unstructured.Unstructured) []string {
+	ks := make([]string, 0, len(objs))
+	for _, o := range objs {
+		ks = append(ks, key(o))
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// checkCRDsMatchConfig fails when a CRD in the chart differs from config/crd/bases (spec and the
+// controller-gen annotations), or one is missing on either side: the chart cannot drift from the API types.
+func checkCRDsMatchConfig(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	dir := filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases")
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in %s: %v", dir, err)
+	}
+	want := map[string]*unstructured.Unstructured{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range decodeAll(t, bytes.NewReader(b), f) {
+			want[o.GetName()] = o
+		}
+	}
+	got := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" {
+			got[o.GetName()] = o
+		}
+	}
+	for name, w := range want {
+		g, ok := got[name]
+		if !ok {
+			t.Errorf("CRD %s is in config/crd/bases but not in the chart: run 'make helm-chart'", name)
+			continue
+		}
+		if !equality.Semantic.DeepEqual(w.Object["spec"], g.Object["spec"]) {
+			t.Errorf("CRD %s: the chart's spec differs from config/crd/bases: run 'make helm-chart'", name)
+		}
+		ga := g.GetAnnotations()
+		if ga["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("CRD %s: annotations %v lack helm.sh/resource-policy=keep (crd.keep defaults to true)", name, ga)
+		}
+		for k, v := range w.GetAnnotations() {
+			if ga[k] != v {
+				t.Errorf("CRD %s: annotation %s = %q in the chart, %q in config/crd/bases: run 'make helm-chart'", name, k, ga[k], v)
+			}
+		}
+	}
+	for name := range got {
+		if want[name] == nil {
+			t.Errorf("CRD %s is in the chart but not in config/crd/bases: run 'make helm-chart'", name)
+		}
+	}
+}
+
+// The chart holds what config/default holds: with the release named actionledger, every object of the
+// kustomize render but the Namespace (helm install --create-namespace makes it) is in the chart under the
+// same kind, name and namespace, every Role and ClusterRole grants exactly the same rules, and the chart
+// adds nothing else by default (the optional parts are off).
+func TestHelmChartMatchesKustomize(t *testing.T) {
+	kust := render(t, "config/default")
+	chart := helmTemplate(t, "--set", "rbac.helpers.enabled=true")
+	byKey := map[string]*unstructured.Unstructured{}
+	for _, o := range chart {
+		byKey[key(o)] = o
+	}
+	seen := map[string]bool{}
+	for _, k := range kust {
+		if k.GetKind() == "Namespace" {
+			continue
+		}
+		c := byKey[key(k)]
+		if c == nil {
+			t.Errorf("%s is rendered by config/default but not by the chart: run 'make helm-chart'", key(k))
+			continue
+		}
+		seen[key(k)] = true
+		switch k.GetKind() {
+		case "Role", "ClusterRole":
+			if !equality.Semantic.DeepEqual(k.Object["rules"], c.Object["rules"]) {
+				t.Errorf("%s: the chart's rules differ from config/default's: run 'make helm-chart'\nchart: %v\nconfig: %v",
+					key(k), c.Object["rules"], k.Object["rules"])
+			}
+		case "RoleBinding", "ClusterRoleBinding":
+			if !equality.Semantic.DeepEqual(k.Object["roleRef"], c.Object["roleRef"]) || !equality.Semantic.DeepEqual(k.Object["subjects"], c.Object["subjects"]) {
+				t.Errorf("%s: the chart binds %v to %v, config/default binds %v to %v", key(k),
+					c.Object["roleRef"], c.Object["subjects"], k.Object["roleRef"], k.Object["subjects"])
+			}
+		}
+	}
+	for _, c := range chart {
+		if !seen[key(c)] {
+			t.Errorf("%s is rendered by the chart but not by config/default", key(c))
+		}
+	}
+}
+
+// dist/chart is exactly what 'make helm-chart' produces from config/ now: kubebuilder's helm/v2-alpha
+// plugin regenerates the chart in a scratch directory and no file may differ.
+func TestHelmChartIsRegenerated(t *testing.T) {
+	root := envtestutil.RepoRoot()
+	kb, kust := filepath.Join(root, "bin", "kubebuilder"), filepath.Join(root, "bin", "kustomize")
+	for _, b := range []string{kb, kust} {
+		if _, err := os.Stat(b); err != nil {
+			t.Skipf("%s is not installed (make kubebuilder kustomize); the CRD and RBAC comparisons still run", b)
+		}
+	}
+	tmp := t.TempDir()
+	var install, stderr bytes.Buffer
+	cmd := exec.CommandContext(t.Context(), kust, "build", filepath.Join(root, "config", "default"))
+	cmd.Stdout, cmd.Stderr = &install, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kustomize build config/default: %v\n%s", err, stderr.String())
+	}
+	must(t, os.WriteFile(filepath.Join(tmp, "install.yaml"), install.Bytes(), 0o600))
+	project, err := os.ReadFile(filepath.Join(root, "PROJECT"))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(tmp, "PROJECT"), project, 0o600)) //nolint:gosec // G703: tmp is t.TempDir()
+	must(t, os.CopyFS(filepath.Join(tmp, "dist", "chart"), os.DirFS(filepath.Join(root, chartDir))))
+
+	cmd = exec.CommandContext(t.Context(), kb, "edit", "--plugins=helm/v2-alpha", "--manifests=install.yaml", "--output-dir=dist")
+	cmd.Dir = tmp
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubebuilder edit --plugins=helm/v2-alpha: %v\n%s", err, out)
+	}
+
+	want, got := readTree(t, filepath.Join(root, chartDir)), readTree(t, filepath.Join(tmp, "dist", "chart"))
+	for name, w := range want {
+		if g, ok := got[name]; !ok {
+			t.Errorf("%s/%s is not produced by the plugin", chartDir, name)
+		} else if !bytes.Equal(w, g) {
+			t.Errorf("%s/%s differs from what the plugin generates from config/: run 'make helm-chart'", chartDir, name)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			t.Errorf("the plugin generates %s/%s, which is missing: run 'make helm-chart'", chartDir, name)
+		}
+	}
+}
+
+func readTree(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	fsys := os.DirFS(dir)
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(fsys, p)
+		files[p] = b
+		return err
+	})
+	must(t, err)
+	return files
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
