@@ -12,10 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
 
@@ -46,32 +42,11 @@ func newFleet(t *testing.T) *fleet {
 	t.Helper()
 	f := &fleet{t: t, dir: t.TempDir()}
 	f.bin = filepath.Join(f.dir, "actionledger")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", f.bin, "./cmd")
-	build.Dir = envtestutil.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the manager: %v\n%s", err, out)
+	if err := envtestutil.Build(t.Context(), f.dir, map[string]string{"actionledger": "./cmd"}); err != nil {
+		t.Fatalf("building the manager: %v", err)
 	}
-	f.kubeconfig = filepath.Join(f.dir, "kubeconfig")
-	if err := writeKubeconfig(env.Config, f.kubeconfig); err != nil {
-		t.Fatalf("kubeconfig: %v", err)
-	}
+	f.kubeconfig = env.Kubeconfig(t)
 	return f
-}
-
-// writeKubeconfig writes cfg (host, CA, client certificate or token) as a kubeconfig file.
-func writeKubeconfig(cfg *rest.Config, path string) error {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["envtest"] = &clientcmdapi.AuthInfo{
-		ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken,
-		Username: cfg.Username, Password: cfg.Password,
-	}
-	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "envtest", Namespace: "default"}
-	kc.CurrentContext = "envtest"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
 }
 
 // start starts one more manager process.

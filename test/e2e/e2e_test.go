@@ -36,8 +36,6 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/test/destination"
 	"github.com/actionledger/actionledger/test/envtestutil"
@@ -70,14 +68,11 @@ func run(m *testing.M) int {
 	defer func() { _ = os.RemoveAll(dir) }()
 	binDir = dir
 	// Always build: a stale bin/actionledger would test old code. The build cache makes this a link.
-	for name, pkg := range map[string]string{"actionledger": "./cmd", "demo-destination": "./test/cmd/destination"} {
-		target := filepath.Join(dir, name)
-		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", target, pkg) //nolint:gosec // fixed packages
-		cmd.Dir = envtestutil.RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: go build %s: %v\n%s", pkg, err, out)
-			return 1
-		}
+	if err := envtestutil.Build(context.Background(), dir, map[string]string{
+		"actionledger": "./cmd", "demo-destination": "./test/cmd/destination",
+	}); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
 	}
 	return m.Run()
 }
@@ -344,18 +339,7 @@ func TestManagerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = env.Env.Stop() })
-	user, err := env.Env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatalf("adding a user: %v", err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatalf("kubeconfig: %v", err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := env.Kubeconfig(t)
 
 	dest, url := envtestutil.DestinationServer(t, destination.Options{})
 	ns := env.Namespace(t)

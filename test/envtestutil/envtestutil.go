@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -261,4 +262,38 @@ func (e *Env) Events(t testing.TB, ns, name string) []string {
 func JSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// Build compiles packages (binary name -> package path relative to the repository root, e.g.
+// "actionledger": "./cmd") into dir. Tests that run real processes build fresh binaries this way, so a stale
+// bin/ never stands in for the code under test; the build cache makes it a link step when warm.
+func Build(ctx context.Context, dir string, pkgs map[string]string) error {
+	for name, pkg := range pkgs {
+		//nolint:gosec // the packages are chosen by the tests, not by input
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), pkg)
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
+		}
+	}
+	return nil
+}
+
+// Kubeconfig writes a kubeconfig for a system:masters user of this control plane into a temporary file and
+// returns its path, for processes (the manager binary, kubectl) that talk to it.
+func (e *Env) Kubeconfig(t testing.TB) string {
+	t.Helper()
+	user, err := e.Env.AddUser(envtest.User{Name: "test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatalf("adding a user: %v", err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatalf("kubeconfig: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		t.Fatalf("writing kubeconfig: %v", err)
+	}
+	return path
 }
