@@ -3,6 +3,7 @@
 package app
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -144,6 +145,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	if err := (&controller.TombstoneReconciler{Client: mgr.GetClient(), Clock: clk, SkipNameValidation: o.SkipNameValidation}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the tombstone collector: %w", err)
+	}
+	if err := controller.IndexPhase(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, fmt.Errorf("indexing ExternalActions by phase: %w", err)
 	}
 	if err := mgr.Add(&controller.GaugeUpdater{Client: mgr.GetClient(), Interval: 15 * time.Second}); err != nil {
 		return nil, fmt.Errorf("adding the gauge updater: %w", err)

@@ -1,0 +1,364 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/test/envtestutil"
+)
+
+// watcher records, for every action of a namespace, when this process first saw it Succeeded (through a
+// watch: status.completedAt has only second resolution, useless for millisecond latencies).
+type watcher struct {
+	mu     sync.Mutex
+	done   map[string]time.Time
+	other  map[string]actionsv1alpha1.Phase
+	cancel context.CancelFunc
+}
+
+func watchSucceeded(t *testing.T, e *envtestutil.Env, ns string) *watcher {
+	t.Helper()
+	wc, err := client.NewWithWatch(e.Config, client.Options{Scheme: app.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &watcher{done: map[string]time.Time{}, other: map[string]actionsv1alpha1.Phase{}, cancel: cancel}
+	t.Cleanup(cancel)
+	started := make(chan struct{})
+	go func() {
+		first := true
+		for ctx.Err() == nil {
+			// No resourceVersion: the watch starts with the existing objects, so a reconnect misses nothing.
+			wi, err := wc.Watch(ctx, &actionsv1alpha1.ExternalActionList{}, client.InNamespace(ns))
+			if first {
+				close(started)
+				first = false
+			}
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range wi.ResultChan() {
+				xa, ok := ev.Object.(*actionsv1alpha1.ExternalAction)
+				if !ok {
+					continue
+				}
+				now := time.Now()
+				w.mu.Lock()
+				if xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
+					if _, seen := w.done[xa.Name]; !seen {
+						w.done[xa.Name] = now
+					}
+				} else if xa.Status.Phase.Terminal() {
+					w.other[xa.Name] = xa.Status.Phase
+				}
+				w.mu.Unlock()
+			}
+		}
+	}()
+	<-started
+	return w
+}
+
+// waitAll waits until n actions named prefix-<i> are Succeeded and returns their times.
+func (w *watcher) waitAll(t *testing.T, n int, timeout time.Duration) map[string]time.Time {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		w.mu.Lock()
+		done, other := len(w.done), len(w.other)
+		w.mu.Unlock()
+		if done >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d actions succeeded in %s (%d in another terminal phase)", done, n, timeout, other)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.cancel()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.done)
+}
+
+// rawWriteRate is the limit: a bare client doing exactly the writes one action needs (create, status claim,
+// status outcome) for n objects with conc workers, with no manager running. Objects per second.
+func rawWriteRate(t *testing.T, e *envtestutil.Env, n, conc int) (float64, CPU) {
+	t.Helper()
+	ns := e.Namespace(t)
+	meter := newCPUMeter(e, 0)
+	cpu0 := meter.read()
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1))
+				if i > n {
+					return
+				}
+				xa := envtestutil.Action(ns, fmt.Sprintf("raw-%d", i), "none", "/x", `{"i":1}`)
+				if err := e.Client.Create(ctx, xa); err != nil {
+					t.Errorf("raw create: %v", err)
+					return
+				}
+				now := metav1.Now()
+				xa.Status = actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseInProgress, Attempts: 1,
+					Claim: &actionsv1alpha1.AttemptClaim{Attempt: 1, Holder: "raw", StartedAt: now, ExpiresAt: now}}
+				if err := e.Client.Status().Update(ctx, xa); err != nil {
+					t.Errorf("raw claim: %v", err)
+					return
+				}
+				xa.Status.Claim = nil
+				xa.Status.Phase = actionsv1alpha1.PhaseSucceeded
+				xa.Status.Response = &actionsv1alpha1.ResponseRecord{StatusCode: 201, Body: `{"id":"x"}`, BodySHA256: "sha256:0"}
+				if err := e.Client.Status().Update(ctx, xa); err != nil {
+					t.Errorf("raw outcome: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	rate := float64(n) / time.Since(start).Seconds()
+	cpu := perActionCPU(cpu0, meter.read(), n)
+	// Remove them before the manager starts so it never sees them (no finalizers: nothing ran on them).
+	_ = e.Client.DeleteAllOf(ctx, &actionsv1alpha1.ExternalAction{}, client.InNamespace(ns))
+	return rate, cpu
+}
+
+// Writes are API writes per action, by kind, from the API server's apiserver_request_total.
+type Writes struct {
+	// Creates, Updates, Patches and StatusWrites are on externalactions (StatusWrites: PUT or PATCH of /status).
+	Creates      float64 `json:"creates"`
+	Updates      float64 `json:"updates"`
+	Patches      float64 `json:"patches"`
+	StatusWrites float64 `json:"statusWrites"`
+	Deletes      float64 `json:"deletes"`
+	// Conflicts are the externalaction writes above that were answered 409 (counted in them).
+	Conflicts float64 `json:"conflicts"`
+	// Controller is what the manager wrote on externalactions: everything but the test's creates.
+	Controller float64 `json:"controllerWrites"`
+	// Events and Tombstones are writes of other resources made for the actions.
+	Events     float64 `json:"events"`
+	Tombstones float64 `json:"tombstones"`
+	// Reads are GETs of single objects of any resource (not LIST or WATCH); ActionReads and TombstoneReads
+	// are the ones on externalactions and actiontombstones.
+	Reads          float64 `json:"reads"`
+	ActionReads    float64 `json:"actionReads"`
+	TombstoneReads float64 `json:"tombstoneReads"`
+}
+
+func (w Writes) String() string {
+	return fmt.Sprintf("create %.2f update %.2f patch %.2f status %.2f (409 %.2f) events %.2f; GETs %.2f",
+		w.Creates, w.Updates, w.Patches, w.StatusWrites, w.Conflicts, w.Events, w.Reads)
+}
+
+// apiWrites reads the API server's apiserver_request_total for writes and single-object GETs as raw counters
+// keyed resource|verb|subresource|code.
+func apiWrites(t *testing.T, e *envtestutil.Env) map[string]float64 {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("reading API server metrics: %v", err)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		switch label(line, "verb") {
+		case "GET", "POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION":
+		default:
+			continue
+		}
+		v, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		out[strings.Join([]string{label(line, "resource"), label(line, "verb"), label(line, "subresource"), label(line, "code")}, "|")] += v
+	}
+	return out
+}
+
+// perAction turns the difference of two apiWrites readings into Writes per action.
+func perAction(before, after map[string]float64, n int) Writes {
+	var w Writes
+	for k, v := range after {
+		d := v - before[k]
+		if d <= 0 {
+			continue
+		}
+		d /= float64(n)
+		p := strings.Split(k, "|")
+		res, verb, sub, code := p[0], p[1], p[2], p[3]
+		if verb == "GET" {
+			w.Reads += d
+			if res == "externalactions" && sub == "" {
+				w.ActionReads += d
+			} else if res == "actiontombstones" {
+				w.TombstoneReads += d
+			}
+			continue
+		}
+		switch res {
+		case "externalactions":
+			switch {
+			case sub == "status":
+				w.StatusWrites += d
+			case verb == "POST":
+				w.Creates += d
+			case verb == "PUT":
+				w.Updates += d
+			case verb == "PATCH" || verb == "APPLY":
+				w.Patches += d
+			default:
+				w.Deletes += d
+			}
+			if code == "409" {
+				w.Conflicts += d
+			}
+		case "events":
+			w.Events += d
+		case "actiontombstones":
+			w.Tombstones += d
+		}
+	}
+	w.Controller = w.Updates + w.Patches + w.StatusWrites
+	return w
+}
+
+func label(line, name string) string {
+	i := strings.Index(line, name+`="`)
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(name)+2:]
+	return rest[:strings.Index(rest, `"`)]
+}
+
+// percentiles returns p50/p95/p99 of ms.
+func percentiles(ms []float64) map[string]float64 {
+	if len(ms) == 0 {
+		return nil
+	}
+	slices.Sort(ms)
+	pct := func(p float64) float64 { return ms[min(len(ms)-1, int(p*float64(len(ms))))] }
+	return map[string]float64{"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99)}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// cpuSeconds is the user+system CPU time of pid so far, from /proc/<pid>/stat (0 if unknown).
+func cpuSeconds(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	// Fields after the command name (which may contain spaces) start after the last ')'.
+	f := strings.Fields(s[strings.LastIndex(s, ")")+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ is 100 on Linux
+}
+
+// controlPlanePIDs finds this envtest's kube-apiserver and etcd by etcd's client URL in their command lines.
+func controlPlanePIDs(e *envtestutil.Env) (apiserver, etcd int) {
+	u := e.Env.ControlPlane.Etcd.URL
+	if u == nil {
+		return 0, 0
+	}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !strings.Contains(string(cl), u.String()) {
+			continue
+		}
+		exe, _, _ := strings.Cut(string(cl), "\x00")
+		switch {
+		case strings.HasSuffix(exe, "kube-apiserver"):
+			apiserver = pid
+		case strings.HasSuffix(exe, "etcd"):
+			etcd = pid
+		}
+	}
+	return apiserver, etcd
+}
+
+// CPU is CPU milliseconds per action by process, over a run.
+type CPU struct {
+	Manager   float64 `json:"manager"`
+	APIServer float64 `json:"apiserver"`
+	Etcd      float64 `json:"etcd"`
+	Bench     float64 `json:"benchProcess"`
+}
+
+func (c CPU) String() string {
+	return fmt.Sprintf("manager %.2f, apiserver %.2f, etcd %.2f, bench %.2f", c.Manager, c.APIServer, c.Etcd, c.Bench)
+}
+
+// cpuMeter samples the CPU time of the manager, the control plane and this process.
+type cpuMeter struct{ pids [4]int }
+
+func newCPUMeter(e *envtestutil.Env, manager int) cpuMeter {
+	a, et := controlPlanePIDs(e)
+	return cpuMeter{pids: [4]int{manager, a, et, os.Getpid()}}
+}
+
+func (m cpuMeter) read() [4]float64 {
+	var out [4]float64
+	for i, p := range m.pids {
+		out[i] = cpuSeconds(p)
+	}
+	return out
+}
+
+func perActionCPU(a, b [4]float64, n int) CPU {
+	f := func(i int) float64 { return (b[i] - a[i]) * 1000 / float64(n) }
+	return CPU{Manager: f(0), APIServer: f(1), Etcd: f(2), Bench: f(3)}
+}
