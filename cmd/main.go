@@ -74,6 +74,14 @@ func run() int {
 		"Added to a destination's timeout to form a claim's expiry.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
+	flag.Usage = func() {
+		out := flag.CommandLine.Output()
+		_, _ = fmt.Fprintf(out, "Usage:\n"+
+			"  %[1]s [flags]                     run the manager\n"+
+			"  %[1]s fingerprint -f action.yaml  print the fingerprint the controller computes for a manifest\n"+
+			"\nFlags:\n", os.Args[0])
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	setupLog := ctrl.Log.WithName("setup")
