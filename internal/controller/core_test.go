@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -159,23 +160,19 @@ func TestSecretInAnotherNamespaceRefused(t *testing.T) {
 		t.Errorf("Ready = %+v", ready)
 	}
 	// The Destination itself reports the refusal (the destination validator).
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var c *metav1.Condition
+	envtestutil.Eventually(t, 20*time.Second, func() string {
+		return fmt.Sprintf("Destination Ready condition %+v to be False/SecretNotAllowed", c)
+	}, func() bool {
 		d := &actionsv1alpha1.Destination{}
 		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "payments"}, d); err != nil {
 			t.Fatal(err)
 		}
-		c := meta.FindStatusCondition(d.Status.Conditions, actionsv1alpha1.ConditionReady)
-		if c != nil && c.Status == metav1.ConditionFalse && c.Reason == actionsv1alpha1.ReasonSecretNotAllowed {
-			if strings.Contains(c.Message, token) {
-				t.Fatalf("the Destination's condition leaks the token: %s", c.Message)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Destination Ready condition = %+v, want False/SecretNotAllowed", c)
-		}
-		time.Sleep(100 * time.Millisecond)
+		c = meta.FindStatusCondition(d.Status.Conditions, actionsv1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == actionsv1alpha1.ReasonSecretNotAllowed
+	})
+	if strings.Contains(c.Message, token) {
+		t.Fatalf("the Destination's condition leaks the token: %s", c.Message)
 	}
 	time.Sleep(500 * time.Millisecond) // let the Event land
 	assertNoSecret(t, ns, "pay-sec", token)

@@ -32,12 +32,7 @@ func managerBinary(t *testing.T, dir string) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		buildPath = filepath.Join(dir, "actionledger")
-		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", buildPath, "./cmd")
-		cmd.Dir = envtestutil.RepoRoot()
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("building ./cmd: %w\n%s", err, out)
-		}
+		buildErr = envtestutil.Build(context.Background(), dir, map[string]string{"actionledger": "./cmd"})
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -77,10 +72,7 @@ func freePort(t *testing.T) int {
 // startManager starts the manager binary with the given concurrency; it is stopped at test end at the latest.
 func startManager(t *testing.T, e *envtestutil.Env, bin, dir string, reconciles int) *proc {
 	t.Helper()
-	kc := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kc, e.Env.KubeConfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kc := e.Kubeconfig(t)
 	port := freePort(t)
 	// A plain Background context: the process is stopped with SIGTERM by stop, not killed by a context.
 	cmd := exec.CommandContext(context.Background(), bin,

@@ -217,19 +217,55 @@ func (e *Env) WaitFor(
 	t testing.TB, ns, name string, timeout time.Duration, what string, cond func(*actionsv1alpha1.ExternalAction) bool,
 ) *actionsv1alpha1.ExternalAction {
 	t.Helper()
+	var xa *actionsv1alpha1.ExternalAction
+	var err error
+	Eventually(t, timeout, func() string {
+		b, _ := json.Marshal(xa.Status)
+		return fmt.Sprintf("%s/%s: %s; last status %s (err %v)", ns, name, what, b, err)
+	}, func() bool {
+		xa = &actionsv1alpha1.ExternalAction{}
+		err = e.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, xa)
+		return err == nil && cond(xa)
+	})
+	return xa
+}
+
+// Eventually checks cond every 50ms until it holds, or fails the test after timeout with what() in the message.
+func Eventually(t testing.TB, timeout time.Duration, what func() string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for {
-		xa := &actionsv1alpha1.ExternalAction{}
-		err := e.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, xa)
-		if err == nil && cond(xa) {
-			return xa
-		}
+	for !cond() {
 		if time.Now().After(deadline) {
-			b, _ := json.Marshal(xa.Status)
-			t.Fatalf("timed out after %s waiting for %s/%s: %s; last status %s (err %v)", timeout, ns, name, what, b, err)
+			t.Fatalf("timed out after %s waiting for %s", timeout, what())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Say turns a fixed description into Eventually's what.
+func Say(s string) func() string { return func() string { return s } }
+
+// HasEvent reports whether a core Event of type typ (Normal or Warning) and reason regards ns/name.
+func (e *Env) HasEvent(t testing.TB, ns, name, typ, reason string) bool {
+	t.Helper()
+	list := &corev1.EventList{}
+	if err := e.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatalf("listing events: %v", err)
+	}
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Name == name && ev.Type == typ && ev.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
+// WaitEvent waits up to timeout for an Event of type typ and reason regarding ns/name.
+func (e *Env) WaitEvent(t testing.TB, ns, name, typ, reason string, timeout time.Duration) {
+	t.Helper()
+	Eventually(t, timeout, func() string {
+		return fmt.Sprintf("a %s event %s for %s/%s; events: %v", typ, reason, ns, name, e.Events(t, ns, name))
+	}, func() bool { return e.HasEvent(t, ns, name, typ, reason) })
 }
 
 // WaitPhase waits for the action's phase.
@@ -279,20 +315,12 @@ func Build(ctx context.Context, dir string, pkgs map[string]string) error {
 	return nil
 }
 
-// Kubeconfig writes a kubeconfig for a system:masters user of this control plane into a temporary file and
+// Kubeconfig writes envtest's admin kubeconfig for this control plane into a temporary file and
 // returns its path, for processes (the manager binary, kubectl) that talk to it.
 func (e *Env) Kubeconfig(t testing.TB) string {
 	t.Helper()
-	user, err := e.Env.AddUser(envtest.User{Name: "test-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatalf("adding a user: %v", err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatalf("kubeconfig: %v", err)
-	}
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kc, 0o600); err != nil {
+	if err := os.WriteFile(path, e.Env.KubeConfig, 0o600); err != nil {
 		t.Fatalf("writing kubeconfig: %v", err)
 	}
 	return path

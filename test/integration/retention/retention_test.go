@@ -39,22 +39,10 @@ func retention(tombstoneTTL time.Duration) func(*actionsv1alpha1.DestinationSpec
 	}
 }
 
-// poll checks cond every 50ms until it holds, or fails the test after timeout.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // waitGone waits until the action no longer exists.
 func waitGone(t *testing.T, ns, name string, timeout time.Duration) {
 	t.Helper()
-	poll(t, timeout, ns+"/"+name+" to be gone", func() bool {
+	envtestutil.Eventually(t, timeout, envtestutil.Say(ns+"/"+name+" to be gone"), func() bool {
 		err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &actionsv1alpha1.ExternalAction{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Fatalf("get %s/%s: %v", ns, name, err)
@@ -158,21 +146,6 @@ func etcdValueSize(t *testing.T, ns, name string) int {
 	return len(v)
 }
 
-// warningEvent reports whether a Warning Event with reason exists for the named object.
-func warningEvent(t *testing.T, ns, name, reason string) bool {
-	t.Helper()
-	list := &corev1.EventList{}
-	if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
-		t.Fatalf("listing events: %v", err)
-	}
-	for _, ev := range list.Items {
-		if ev.InvolvedObject.Name == name && ev.Type == corev1.EventTypeWarning && ev.Reason == reason {
-			return true
-		}
-	}
-	return false
-}
-
 // C14: ttlSecondsAfterFinished collects the object (not before its expiry) and leaves a tombstone; the same
 // manifest re-created inside the horizon replays the outcome without a send; another body is Conflict; after
 // tombstoneTTL the tombstone is collected and the same name is a new action, sent once more.
@@ -247,9 +220,7 @@ func TestTTLTombstoneReplayAndHorizon(t *testing.T) {
 	if conflict.Status.ExpiresAt != nil {
 		t.Errorf("a Conflict object has expiresAt %s; it must wait for its owner", conflict.Status.ExpiresAt)
 	}
-	poll(t, 15*time.Second, "a Warning FingerprintConflict event", func() bool {
-		return warningEvent(t, ns, "invoice-7", actionsv1alpha1.ReasonFingerprintConflict)
-	})
+	env.WaitEvent(t, ns, "invoice-7", corev1.EventTypeWarning, actionsv1alpha1.ReasonFingerprintConflict, 15*time.Second)
 	if n := srv.Requests(key); n != 1 {
 		t.Fatalf("destination received %d requests after the conflicting re-create, want 1", n)
 	}
@@ -262,7 +233,7 @@ func TestTTLTombstoneReplayAndHorizon(t *testing.T) {
 	}
 
 	// After tombstoneTTL the tombstone is collected, and the same name is a new action: sent once more.
-	poll(t, 30*time.Second, "the tombstone to be collected", func() bool { return tombstone(t, ns, "invoice-7") == nil })
+	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("the tombstone to be collected"), func() bool { return tombstone(t, ns, "invoice-7") == nil })
 	if now := time.Now(); now.Before(ts2.Spec.ExpiresAt.Time) {
 		t.Fatalf("tombstone collected at %s, before its expiresAt %s", now, ts2.Spec.ExpiresAt)
 	}
@@ -287,7 +258,7 @@ func TestDeleteWaitsForOpenClaim(t *testing.T) {
 	key := ns + "/refund-9"
 
 	env.Create(t, envtestutil.Action(ns, "refund-9", "slow", "/refunds", `{"amount":5}`))
-	poll(t, 30*time.Second, "the request to reach the destination", func() bool { return srv.Requests(key) == 1 })
+	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("the request to reach the destination"), func() bool { return srv.Requests(key) == 1 })
 	xa := env.Get(t, ns, "refund-9")
 	if err := env.Client.Delete(ctx, xa); err != nil {
 		t.Fatal(err)
@@ -336,7 +307,7 @@ func TestRestartDuringCollection(t *testing.T) {
 		env.Create(t, xa)
 	}
 	done := map[string]*actionsv1alpha1.ExternalAction{}
-	poll(t, 60*time.Second, "all actions to succeed", func() bool {
+	envtestutil.Eventually(t, 60*time.Second, envtestutil.Say("all actions to succeed"), func() bool {
 		for _, name := range names {
 			if done[name] != nil {
 				continue

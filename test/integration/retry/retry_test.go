@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -105,7 +107,7 @@ func TestBudgetSpacingC10(t *testing.T) {
 		if xa.Status.Response == nil || xa.Status.Response.StatusCode != 500 {
 			t.Errorf("response = %s, want the last 500", envtestutil.JSON(xa.Status.Response))
 		}
-		waitWarning(t, ns, "c10-500", actionsv1alpha1.ReasonAttemptsExhausted)
+		env.WaitEvent(t, ns, "c10-500", corev1.EventTypeWarning, actionsv1alpha1.ReasonAttemptsExhausted, 15*time.Second)
 	})
 
 	t.Run("422 is a business rejection", func(t *testing.T) {

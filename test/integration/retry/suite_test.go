@@ -6,12 +6,10 @@ package retry_test
 import (
 	"context"
 	"net"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -65,27 +63,6 @@ func reconcilingReason(xa *actionsv1alpha1.ExternalAction) string {
 		return ""
 	}
 	return c.Reason
-}
-
-// waitWarning polls until a Warning Event with reason regarding ns/name exists.
-func waitWarning(t *testing.T, ns, name, reason string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		list := &corev1.EventList{}
-		if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
-			t.Fatalf("listing events: %v", err)
-		}
-		if slices.ContainsFunc(list.Items, func(e corev1.Event) bool {
-			return e.InvolvedObject.Name == name && e.Type == corev1.EventTypeWarning && e.Reason == reason
-		}) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no Warning event %s for %s/%s; events: %v", reason, ns, name, env.Events(t, ns, name))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // touchLabels edits a label on ns/name every interval until stop is called (unrelated watch events). It

@@ -45,7 +45,7 @@ func TestCrashAfterAccept(t *testing.T) {
 	env.Create(t, envtestutil.Action(ns, "with-key", "dedup", "/charges", `{"amount":1}`))
 	env.Create(t, envtestutil.Action(ns, "without-key", "plain", "/charges", `{"amount":2}`))
 	withKey, withoutKey := ns+"/with-key", ns+"/without-key"
-	waitUntil(t, 20*time.Second, "both requests applied", func() bool {
+	envtestutil.Eventually(t, 20*time.Second, envtestutil.Say("both requests applied"), func() bool {
 		return dedupSrv.Effects(withKey) == 1 && plainSrv.Effects(withoutKey) == 1
 	})
 	for _, name := range []string{"with-key", "without-key"} {
@@ -90,7 +90,7 @@ func TestOutcomeWriteConflictIsRetried(t *testing.T) {
 
 	env.Create(t, envtestutil.Action(ns, "pay-409", "slowish", "/charges", `{"amount":1}`))
 	key := ns + "/pay-409"
-	waitUntil(t, 20*time.Second, "the request in flight", func() bool { return srv.Requests(key) == 1 })
+	envtestutil.Eventually(t, 20*time.Second, envtestutil.Say("the request in flight"), func() bool { return srv.Requests(key) == 1 })
 	// Change the object while the request is in flight: the claim's resourceVersion is now stale.
 	env.WaitFor(t, ns, "pay-409", 10*time.Second, "label update", func(xa *actionsv1alpha1.ExternalAction) bool {
 		xa.Labels = map[string]string{"touched": "during-send"}

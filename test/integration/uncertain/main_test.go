@@ -11,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/test/destination"
@@ -56,45 +54,6 @@ func postCheck(s *actionsv1alpha1.DestinationSpec) {
 
 func stalled(xa *actionsv1alpha1.ExternalAction) bool {
 	return meta.IsStatusConditionTrue(xa.Status.Conditions, actionsv1alpha1.ConditionStalled)
-}
-
-// hasEvent reports whether an Event of type typ and reason exists for the object.
-func hasEvent(t *testing.T, ns, name, typ, reason string) bool {
-	t.Helper()
-	list := &corev1.EventList{}
-	if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
-		t.Fatalf("listing events: %v", err)
-	}
-	for _, ev := range list.Items {
-		if ev.InvolvedObject.Name == name && ev.Type == typ && ev.Reason == reason {
-			return true
-		}
-	}
-	return false
-}
-
-// waitEvent polls for an Event of type typ and reason.
-func waitEvent(t *testing.T, ns, name, typ, reason string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !hasEvent(t, ns, name, typ, reason) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s event %s for %s/%s; events: %v", typ, reason, ns, name, env.Events(t, ns, name))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// waitUntil polls cond every 50ms.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // sameKey fails unless every request in log carried the idempotency key.

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -67,7 +69,7 @@ func TestDecisionsByPeople(t *testing.T) {
 		if _, ok := xa.Annotations[actionsv1alpha1.AnnotationResolveReason]; ok {
 			t.Errorf("%s: the reason annotation was not removed", tc.name)
 		}
-		waitEvent(t, ns, tc.name, "Normal", actionsv1alpha1.ReasonResolved)
+		env.WaitEvent(t, ns, tc.name, corev1.EventTypeNormal, actionsv1alpha1.ReasonResolved, 20*time.Second)
 		key := ns + "/" + tc.name
 		if got := srv.Requests(key); got != tc.requests {
 			t.Errorf("%s: requests = %d, want %d", tc.name, got, tc.requests)
@@ -82,7 +84,7 @@ func TestDecisionsByPeople(t *testing.T) {
 	}
 
 	// An invalid value: a Warning Event, the annotation removed, the phase unchanged, nothing sent.
-	waitEvent(t, ns, "d-maybe", "Warning", "InvalidDecision")
+	env.WaitEvent(t, ns, "d-maybe", corev1.EventTypeWarning, "InvalidDecision", 20*time.Second)
 	xa := env.WaitFor(t, ns, "d-maybe", 20*time.Second, "annotation removed", func(x *actionsv1alpha1.ExternalAction) bool {
 		_, annotated := x.Annotations[actionsv1alpha1.AnnotationResolve]
 		return !annotated
@@ -107,7 +109,7 @@ func TestDeletionDuringOpenAttempt(t *testing.T) {
 
 	env.Create(t, envtestutil.Action(ns, "pay-del", "slow", "/charges", `{"amount":1}`))
 	key := ns + "/pay-del"
-	waitUntil(t, 20*time.Second, "the request in flight", func() bool { return srv.Requests(key) == 1 })
+	envtestutil.Eventually(t, 20*time.Second, envtestutil.Say("the request in flight"), func() bool { return srv.Requests(key) == 1 })
 	xa := env.Get(t, ns, "pay-del")
 	fp := xa.Status.Fingerprint
 	if fp == "" || xa.Status.Claim == nil {

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
 	"github.com/actionledger/actionledger/test/destination"
@@ -85,10 +87,10 @@ func TestTimeoutWithoutKeySupportIsOutcomeUnknown(t *testing.T) {
 	if h := xa.Status.AttemptHistory; len(h) != 1 || h[0].Result != "Uncertain" {
 		t.Errorf("history = %+v", h)
 	}
-	waitEvent(t, ns, "pay-unk", "Warning", actionsv1alpha1.ReasonOutcomeUnknown)
+	env.WaitEvent(t, ns, "pay-unk", corev1.EventTypeWarning, actionsv1alpha1.ReasonOutcomeUnknown, 20*time.Second)
 	// The destination commits late; afterwards nothing may be re-sent. Wait for the commit (a condition), then
 	// keep watching a short window in which a buggy controller would resend.
-	waitUntil(t, 10*time.Second, "the late commit", func() bool { return srv.Effects(key) == 1 })
+	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the late commit"), func() bool { return srv.Effects(key) == 1 })
 	time.Sleep(2 * time.Second)
 	if got := srv.Requests(key); got != 1 {
 		t.Fatalf("requests = %d, want exactly 1 ever", got)
