@@ -232,7 +232,7 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 	metrics.Attempts.WithLabelValues(dest.ID, string(outcome.Class)).Inc()
 	metrics.AttemptDuration.WithLabelValues(dest.ID).Observe(max(outcome.FinishedAt.Sub(env.Now).Seconds(), 0))
 	if outcome.RetryAfter != "" && (outcome.StatusCode == 429 || outcome.StatusCode == 503) {
-		if d, ok := retryAfterDelay(outcome.RetryAfter, outcome.FinishedAt); ok {
+		if d, ok := retry.ParseRetryAfter(outcome.RetryAfter, outcome.FinishedAt); ok {
 			// One answer pauses the whole destination, but never longer than the destination's deadline:
 			// an action never waits past its deadline anyway, and a hostile Retry-After must not stop a
 			// destination for a year.
@@ -407,7 +407,7 @@ func (r *ExternalActionReconciler) waitOnDestination(ctx context.Context, xa *ac
 }
 
 func (r *ExternalActionReconciler) envFor(xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
-	policy retryPolicy, deadline time.Duration, now time.Time) ledger.Env {
+	policy retry.Policy, deadline time.Duration, now time.Time) ledger.Env {
 	env := ledger.Env{
 		Now: now, Holder: r.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.ClaimMargin,
 		Policy: policy, AttemptTimeout: dest.Timeout,

@@ -21,9 +21,6 @@ import (
 	"github.com/actionledger/actionledger/internal/retry"
 )
 
-// retryPolicy is the effective policy type the ledger works with.
-type retryPolicy = retry.Policy
-
 // selectedHeaders are the response headers kept in status.response.headers (CONTRACT).
 var selectedHeaders = []string{"Location", "Content-Type", "Idempotent-Replayed", "Retry-After"}
 
@@ -136,10 +133,6 @@ func responseRecord(resp *httpexec.Response) *actionsv1alpha1.ResponseRecord {
 		}
 	}
 	return rec
-}
-
-func retryAfterDelay(v string, now time.Time) (time.Duration, bool) {
-	return retry.ParseRetryAfter(v, now)
 }
 
 // postCheck asks the destination's reconciliation post-check about an uncertain attempt (DESIGN rule 3).
