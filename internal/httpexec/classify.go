@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/actionledger/actionledger/internal/egress"
 )
 
 // maxErrorText caps the length of an Error's text, in bytes.
@@ -86,8 +88,8 @@ func newError(parent, actx context.Context, timeout time.Duration, err error, co
 }
 
 // classify maps a transport error to an ErrorClass. Before a connection was
-// obtained the failing phase wins (DNS, TLSHandshake, Dial), so a connect
-// timeout is Dial: it proves as much as a refused connection.
+// obtained the failing phase wins (EgressDenied, DNS, TLSHandshake, Dial), so
+// a connect timeout is Dial: it proves as much as a refused connection.
 func classify(parent context.Context, err error, connected bool, tr *tracker) ErrorClass {
 	if errors.Is(err, context.Canceled) || errors.Is(parent.Err(), context.Canceled) {
 		return ClassCanceled
@@ -95,6 +97,8 @@ func classify(parent context.Context, err error, connected bool, tr *tracker) Er
 	if !connected {
 		opErr, isOpErr := errors.AsType[*net.OpError](err)
 		switch {
+		case egress.IsDenied(err):
+			return ClassEgressDenied
 		case hasType[*net.DNSError](err):
 			return ClassDNS
 		case isTLSError(err) || tr.tlsFailed.Load():

@@ -15,9 +15,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/actionledger/actionledger/internal/egress"
 )
 
 // hdrIdempotencyKey is the header net/http treats as making a request replayable.
@@ -71,9 +74,15 @@ func newServer(t *testing.T, h http.Handler) *httptest.Server {
 	return srv
 }
 
+// allowTestLoopback lifts 127.0.0.1, where httptest servers listen, out of the
+// default egress deny set; the other loopback addresses stay denied.
+var allowTestLoopback = egress.New(egress.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+
+// newExecutor returns an executor whose egress policy allows 127.0.0.1 (unless
+// opts set another one).
 func newExecutor(t *testing.T, opts ...Option) *HTTPExecutor {
 	t.Helper()
-	e := New(opts...)
+	e := New(append([]Option{WithEgressPolicy(allowTestLoopback)}, opts...)...)
 	t.Cleanup(e.CloseIdleConnections)
 	return e
 }

@@ -18,7 +18,12 @@
 //   - sends a request without a body over a transport with keep-alives
 //     disabled and HTTP/1.1 only, so it always goes out on a fresh
 //     connection, and net/http never retries on a fresh connection;
-//   - never follows redirects and never uses a proxy from the environment.
+//   - never follows redirects and never uses a proxy from the environment;
+//   - checks every resolved address against an egress policy (package egress) in
+//     net.Dialer.Control, right before connect, and refuses a denied one
+//     (ClassEgressDenied, nothing sent): a name that resolves to loopback or
+//     cloud metadata, DNS rebinding and IPv4-mapped IPv6 literals are all seen
+//     as the address that would be connected to.
 //
 // Retrying is the caller's decision, made from Result.Written and
 // Result.ErrorClass (see DESIGN.md rules 3 and 4).
@@ -32,6 +37,7 @@ import (
 	"encoding/hex"
 	"hash"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
@@ -162,6 +168,10 @@ const (
 	// ClassProtocol: the server violated HTTP (malformed response, HTTP/2
 	// stream or connection error).
 	ClassProtocol ErrorClass = "Protocol"
+	// ClassEgressDenied: the egress policy refused the resolved address before connect (see
+	// WithEgressPolicy). Nothing was sent; it is retried like a dial error, so a policy change lets the
+	// action proceed.
+	ClassEgressDenied ErrorClass = "EgressDenied"
 	// ClassOther: anything else, including invalid requests and TLS options.
 	ClassOther ErrorClass = "Other"
 )
@@ -177,7 +187,7 @@ type Result struct {
 	ErrorClass ErrorClass
 	// Written reports whether any byte of the request may have reached the
 	// server. It is false only when that is certain: no connection was
-	// obtained (DNS, dial or TLS handshake failure, invalid request, canceled
+	// obtained (DNS, egress policy, dial or TLS handshake failure, invalid request, canceled
 	// or timed out before connecting). Once a connection was obtained it is
 	// true, even if the failure happened while writing (conservative).
 	// Always true when Response != nil.
@@ -213,6 +223,13 @@ func New(opts ...Option) *HTTPExecutor {
 		o(&cfg)
 	}
 	return &HTTPExecutor{cfg: cfg, cache: newTransportCache(cfg)}
+}
+
+// DialContext dials network/address with the executor's dialer (dial timeout, egress policy), for other
+// clients that must obey the same policy, such as an OAuth2 token endpoint client: set it as
+// http.Transport.DialContext. A denied address returns an error for which egress.IsDenied is true.
+func (e *HTTPExecutor) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return newDialer(e.cfg).DialContext(ctx, network, address)
 }
 
 // CloseIdleConnections closes the idle connections of all cached transports.

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/actionledger/actionledger/internal/egress"
 )
 
 // Option configures an HTTPExecutor.
@@ -24,6 +26,7 @@ type config struct {
 	maxResponseHeaderBytes int64
 	maxReadBytes           int64
 	maxCachedTransports    int
+	egress                 *egress.Policy
 }
 
 func defaultConfig() config {
@@ -35,6 +38,19 @@ func defaultConfig() config {
 		maxResponseHeaderBytes: DefaultMaxResponseHeaderBytes,
 		maxReadBytes:           DefaultMaxReadBytes,
 		maxCachedTransports:    DefaultMaxCachedTransports,
+		egress:                 egress.New(egress.Config{}),
+	}
+}
+
+// WithEgressPolicy sets the policy every dial is checked against, on the resolved address right before
+// connect (net.Dialer.Control); nil keeps the default, egress.New(egress.Config{}): the built-in deny set
+// (loopback, link-local, unspecified, multicast), no API server addresses. A denied dial sends nothing
+// and comes back as ClassEgressDenied with Written false.
+func WithEgressPolicy(p *egress.Policy) Option {
+	return func(c *config) {
+		if p != nil {
+			c.egress = p
+		}
 	}
 }
 
@@ -249,12 +265,18 @@ func buildTLSConfig(o *TLSOptions) (*tls.Config, error) {
 	return cfg, nil
 }
 
+// newDialer returns the dialer of every connection: Control checks the resolved address against the
+// egress policy before connect, so neither DNS rebinding nor an IPv4-mapped literal bypasses it.
+func newDialer(cfg config) *net.Dialer {
+	return &net.Dialer{Timeout: cfg.dialTimeout, KeepAlive: 30 * time.Second, Control: cfg.egress.Control}
+}
+
 // newClient builds a client that never follows redirects and never uses a
 // proxy. pooled selects keep-alive + HTTP/2 (for requests with a body);
 // otherwise every request gets a fresh HTTP/1.1 connection (for body-less
 // requests, which net/http would otherwise replay on a reused connection).
 func newClient(cfg config, tlsCfg *tls.Config, pooled bool) *http.Client {
-	dialer := &net.Dialer{Timeout: cfg.dialTimeout, KeepAlive: 30 * time.Second}
+	dialer := newDialer(cfg)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetHTTP2(pooled) // HTTP/2 over TLS only (no unencrypted HTTP/2)
