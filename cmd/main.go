@@ -23,7 +23,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	// Import all Kubernetes client auth plugins (e.g. Azure, GCP, OIDC, etc.)
@@ -37,6 +39,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/fingerprint"
 )
 
@@ -72,6 +75,14 @@ func run() int {
 	flag.IntVar(&concurrency, "max-concurrent-reconciles", 16, "ExternalActions reconciled (and sent) in parallel.")
 	flag.DurationVar(&claimMargin, "claim-margin", 5*time.Second,
 		"Added to a destination's timeout to form a claim's expiry.")
+	var egressCfg egress.Config
+	cidrsFlag(&egressCfg.Allow, strings.TrimPrefix(egress.FlagAllow, "--"), "Comma-separated CIDRs that destinations "+
+		"may reach although the default egress deny set (loopback, link-local/cloud metadata, unspecified, multicast, "+
+		"the API server's addresses) contains them; the most specific prefix decides (docs/security.md). "+
+		"Repeatable. Example: 127.0.0.1/32 for a destination on this machine.")
+	cidrsFlag(&egressCfg.Deny, strings.TrimPrefix(egress.FlagDeny, "--"), "Comma-separated CIDRs that destinations "+
+		"may not reach, in addition to the default deny set; at equal prefix length they win over "+
+		egress.FlagAllow+". Repeatable. Example: 10.0.0.0/8,fd00::/8.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Usage = func() {
@@ -99,18 +110,33 @@ func run() int {
 	mgr, err := app.New(cfg, app.Options{
 		MetricsServer: &ms, ProbeAddr: probeAddr, LeaderElection: leaderElect, LeaderElectionNamespace: leNamespace,
 		ControllerNamespace: controllerNS, MaxConcurrentReconciles: concurrency, ClaimMargin: claimMargin,
+		Egress: &egressCfg,
 	})
 	if err != nil {
 		setupLog.Error(err, "Failed to set up the manager")
 		return 1
 	}
 	setupLog.Info("Starting manager",
-		"leaderElection", leaderElect, "qps", qps, "burst", burst, "concurrency", concurrency)
+		"leaderElection", leaderElect, "qps", qps, "burst", burst, "concurrency", concurrency,
+		"egressAllow", egressCfg.Allow, "egressDeny", egressCfg.Deny)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Failed to run manager")
 		return 1
 	}
 	return 0
+}
+
+// cidrsFlag defines a repeatable flag of comma-separated CIDRs appended to *dst; a bad entry stops the
+// manager at start with a message naming it (see egress.ParseCIDRs).
+func cidrsFlag(dst *[]netip.Prefix, name, usage string) {
+	flag.Func(name, usage, func(s string) error {
+		p, err := egress.ParseCIDRs(s)
+		if err != nil {
+			return err
+		}
+		*dst = append(*dst, p...)
+		return nil
+	})
 }
 
 func envOr(k, def string) string {

@@ -46,6 +46,10 @@ const (
 	ReasonDeadlineExceeded       = "DeadlineExceeded"       // the overall deadline passed
 	ReasonRetryAfterPastDeadline = "RetryAfterPastDeadline" // the destination asked to wait past the deadline
 	ReasonResolved               = "Resolved"               // a person decided
+	// ReasonEgressDenied: the manager's egress policy refuses the destination's address (a Destination's
+	// Ready condition when its URL host is, or resolves only to, denied addresses; attempts record it as
+	// attemptHistory[].errorClass). Changed with the --destination-allow-cidrs / --destination-deny-cidrs flags.
+	ReasonEgressDenied = "EgressDenied"
 )
 
 // Annotations read by the controller.

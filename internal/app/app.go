@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/controller"
+	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
@@ -58,7 +60,11 @@ type Options struct {
 	Holder string
 	// Clock overrides the clock (tests).
 	Clock clock.Clock
-	// Executor overrides the HTTP executor (tests).
+	// Egress is the admin's egress policy (cmd/main.go: --destination-allow-cidrs, --destination-deny-cidrs);
+	// nil means the default deny set only. The API server's addresses are added to it (see
+	// apiServerAddresses). It applies to the executor built here and to the destination validator.
+	Egress *egress.Config
+	// Executor overrides the HTTP executor (tests); it then enforces its own egress policy.
 	Executor httpexec.Executor
 	// SkipNameValidation allows several managers in one process (tests only).
 	SkipNameValidation bool
@@ -110,9 +116,20 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	var egressCfg egress.Config
+	if o.Egress != nil {
+		egressCfg = *o.Egress
+	}
+	policy := egress.New(egressCfg)
+	apiAddrs := &apiServerAddresses{policy: policy, reader: mgr.GetAPIReader(), host: cfg.Host,
+		resolver: net.DefaultResolver, interval: APIServerRefreshInterval, log: ctrl.Log.WithName("egress")}
+	apiAddrs.refresh(context.Background()) // before anything can be sent
+	if err := mgr.Add(apiAddrs); err != nil {
+		return nil, fmt.Errorf("adding the API server address refresher: %w", err)
+	}
 	exec := o.Executor
 	if exec == nil {
-		exec = httpexec.New()
+		exec = httpexec.New(httpexec.WithEgressPolicy(policy))
 	}
 	holder := o.Holder
 	if holder == "" {
@@ -138,7 +155,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	for _, cluster := range []bool{false, true} {
 		if err := (&controller.DestinationReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ControllerNamespace: o.ControllerNamespace,
-			Exprs: expr.NewCache(64), Cluster: cluster, SkipNameValidation: o.SkipNameValidation,
+			Exprs: expr.NewCache(64), Egress: policy, Cluster: cluster, SkipNameValidation: o.SkipNameValidation,
 		}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the destination validator: %w", err)
 		}

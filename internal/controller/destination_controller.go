@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,12 +16,28 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
 )
 
+// Egress check of the validator.
+const (
+	// egressLookupTimeout bounds resolving a destination's host name.
+	egressLookupTimeout = 5 * time.Second
+	// egressRecheckInterval is how often a destination whose URL host is a name is validated again, since
+	// what the name resolves to changes without the object changing.
+	egressRecheckInterval = 5 * time.Minute
+)
+
+// Resolver resolves host names to addresses; *net.Resolver implements it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
 // DestinationReconciler validates Destinations and ClusterDestinations and reports the result as their
-// Ready condition: the URL parses, every Secret it names is readable and in the allowed namespace, and the
-// post-check's CEL expressions compile. Actions do not depend on it: they validate again when they send.
+// Ready condition: the URL parses, its host is not refused by the egress policy, every Secret it names is
+// readable and in the allowed namespace, and the post-check's CEL expressions compile. Actions do not
+// depend on it: they validate again when they send, and the executor checks every dial.
 type DestinationReconciler struct {
 	client.Client
 	// APIReader reads Secrets directly from the API server (they are not cached).
@@ -27,6 +46,10 @@ type DestinationReconciler struct {
 	ControllerNamespace string
 	// Exprs compiles CEL expressions.
 	Exprs *expr.Cache
+	// Egress is the manager's egress policy; nil skips the egress check.
+	Egress *egress.Policy
+	// Resolver resolves URL host names for the egress check; nil uses net.DefaultResolver.
+	Resolver Resolver
 	// Cluster selects ClusterDestination (true) or Destination (false).
 	Cluster bool
 	// SkipNameValidation allows several managers in one process (tests).
@@ -51,29 +74,83 @@ func (r *DestinationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	cond := metav1.Condition{Type: actionsv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Valid",
 		Message: "the URL, Secrets and expressions are valid", ObservedGeneration: obj.GetGeneration()}
-	if err := r.validate(ctx, spec, secretNS, fmt.Sprintf("%s %s", kindOf(r.Cluster), req.String())); err != nil {
+	recheck, err := r.validate(ctx, spec, secretNS, fmt.Sprintf("%s %s", kindOf(r.Cluster), req.String()))
+	if err != nil {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Invalid", err.Error()
-		if errors.Is(err, errSecretNotAllowed) {
+		switch {
+		case errors.Is(err, errSecretNotAllowed):
 			cond.Reason = actionsv1alpha1.ReasonSecretNotAllowed
+		case egress.IsDenied(err):
+			cond.Reason = actionsv1alpha1.ReasonEgressDenied
 		}
+	}
+	result := ctrl.Result{}
+	if recheck {
+		result.RequeueAfter = egressRecheckInterval
 	}
 	before := status.DeepCopy()
 	status.ObservedGeneration = obj.GetGeneration()
 	meta.SetStatusCondition(&status.Conditions, cond)
 	if before.ObservedGeneration == status.ObservedGeneration && sameCondition(before.Conditions, cond) {
-		return ctrl.Result{}, nil
+		return result, nil
 	}
 	if err := r.Status().Update(ctx, obj); err != nil {
 		return ctrl.Result{}, ignoreConflict(err)
 	}
-	return ctrl.Result{}, nil
+	return result, nil
 }
 
-func (r *DestinationReconciler) validate(ctx context.Context, spec *actionsv1alpha1.DestinationSpec, secretNS, owner string) error {
+// validate checks spec; recheck reports that the URL host is a name, whose egress verdict may change.
+func (r *DestinationReconciler) validate(ctx context.Context, spec *actionsv1alpha1.DestinationSpec, secretNS, owner string) (
+	recheck bool, err error) {
 	u, err := url.Parse(spec.URL)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("spec.url %q is not an absolute http or https URL", spec.URL)
+		return false, fmt.Errorf("spec.url %q is not an absolute http or https URL", spec.URL)
 	}
+	recheck, err = r.checkEgress(ctx, u.Hostname())
+	if err != nil {
+		return recheck, err
+	}
+	return recheck, r.validateRest(ctx, spec, secretNS, owner)
+}
+
+// checkEgress refuses (an error wrapping *egress.DeniedError) a URL host that is an IP literal the egress policy denies, or a
+// name whose addresses are all denied. A name that does not resolve is not judged here: the attempt
+// reports it as a DNS error. isName reports that host is a name.
+func (r *DestinationReconciler) checkEgress(ctx context.Context, host string) (isName bool, err error) {
+	if r.Egress == nil {
+		return false, nil
+	}
+	if addr, perr := netip.ParseAddr(host); perr == nil {
+		if derr := r.Egress.Check(addr); derr != nil {
+			return false, fmt.Errorf("spec.url host %s: %w", host, derr)
+		}
+		return false, nil
+	}
+	var res Resolver = net.DefaultResolver
+	if r.Resolver != nil {
+		res = r.Resolver
+	}
+	lctx, cancel := context.WithTimeout(ctx, egressLookupTimeout)
+	defer cancel()
+	addrs, lerr := res.LookupNetIP(lctx, "ip", host)
+	if lerr != nil || len(addrs) == 0 {
+		return true, nil
+	}
+	var first error
+	for _, a := range addrs {
+		derr := r.Egress.Check(a)
+		if derr == nil {
+			return true, nil
+		}
+		if first == nil {
+			first = derr
+		}
+	}
+	return true, fmt.Errorf("spec.url host %s resolves only to denied addresses (%d); the first: %w", host, len(addrs), first)
+}
+
+func (r *DestinationReconciler) validateRest(ctx context.Context, spec *actionsv1alpha1.DestinationSpec, secretNS, owner string) error {
 	if rc := spec.Reconciliation; rc != nil {
 		for field, src := range map[string]string{"applied": rc.Applied, "notApplied": rc.NotApplied} {
 			if _, err := r.Exprs.Get(src); err != nil {

@@ -12,6 +12,8 @@ import (
 	"os"
 	"syscall"
 	"testing"
+
+	"github.com/actionledger/actionledger/internal/egress"
 )
 
 // timeoutErr mimics net/http's unexported timeout errors.
@@ -35,6 +37,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{"dns", bg, &net.DNSError{Err: "no such host", Name: "x.invalid", IsNotFound: true}, false, ClassDNS},
 		{"dial refused", bg, &net.OpError{Op: dial, Net: tcp, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false, ClassDial},
+		{"egress denied", bg, &net.OpError{Op: dial, Net: tcp, Err: &egress.DeniedError{}}, false, ClassEgressDenied},
 		{"dial timeout", bg, &net.OpError{Op: dial, Net: tcp, Err: os.ErrDeadlineExceeded}, false, ClassDial},
 		{"unknown authority", bg, &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, false, ClassTLSHandshake},
 		{"record header", bg, tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, false, ClassTLSHandshake},
