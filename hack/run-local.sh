@@ -11,6 +11,8 @@
 # Environment:
 #   RUN_LOCAL_DIR              state directory: kubeconfig, PKI, etcd data, logs (default ./.local)
 #   RUN_LOCAL_DEST_ADDR        demo destination address (default 127.0.0.1:8089)
+#   RUN_LOCAL_ALLOW_CIDRS      the manager's --destination-allow-cidrs (default: the demo destination's
+#                              address as /32 or /128: loopback is denied by default, docs/security.md)
 #   RUN_LOCAL_METRICS_ADDR     manager metrics address, plain HTTP (default 127.0.0.1:8080)
 #   RUN_LOCAL_PROBE_ADDR       manager health probe address (default 127.0.0.1:8081)
 #   RUN_LOCAL_BIN_DIR          where actionledger and demo-destination are (default ./bin)
@@ -30,6 +32,15 @@ dest_addr=${RUN_LOCAL_DEST_ADDR:-127.0.0.1:8089}
 metrics_addr=${RUN_LOCAL_METRICS_ADDR:-127.0.0.1:8080}
 probe_addr=${RUN_LOCAL_PROBE_ADDR:-127.0.0.1:8081}
 timeout=${RUN_LOCAL_TIMEOUT:-180}
+dest_host=${dest_addr%:*}
+dest_host=${dest_host#[}
+dest_host=${dest_host%]}
+case "${dest_host}" in
+  localhost) default_allow=127.0.0.1/32,::1/128 ;;
+  *:*) default_allow=${dest_host}/128 ;;
+  *) default_allow=${dest_host}/32 ;;
+esac
+allow_cidrs=${RUN_LOCAL_ALLOW_CIDRS:-${default_allow}}
 kubectl="${assets}/kubectl"
 
 log() { echo "run-local: $*" >&2; }
@@ -263,7 +274,8 @@ start actionledger "${bindir}/actionledger" \
   --metrics-bind-address="${metrics_addr}" \
   --metrics-secure=false \
   --health-probe-bind-address="${probe_addr}" \
-  --controller-namespace=default
+  --controller-namespace=default \
+  --destination-allow-cidrs="${allow_cidrs}"
 
 # The samples point at the default destination address; follow RUN_LOCAL_DEST_ADDR.
 log "applying config/samples: Destination demo, ExternalAction invoice-7"

@@ -84,6 +84,7 @@ func startManager(t *testing.T, e *envtestutil.Env, bin, dir string, reconciles 
 		"--kube-api-qps=5000", "--kube-api-burst=10000",
 		fmt.Sprintf("--max-concurrent-reconciles=%d", reconciles),
 		"--controller-namespace=default",
+		"--destination-allow-cidrs=127.0.0.1/32", // the destination listens on loopback, denied by default
 	)
 	cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
 	stderr, err := cmd.StderrPipe()

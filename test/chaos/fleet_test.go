@@ -62,6 +62,7 @@ func (f *fleet) start() {
 	args := []string{
 		"--kubeconfig=" + f.kubeconfig, "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--claim-margin=1s", "--max-concurrent-reconciles=8",
+		"--destination-allow-cidrs=127.0.0.1/32", // the destination listens on loopback, denied by default
 	}
 	if os.Getenv("CHAOS_VERBOSE") != "" {
 		args = append(args, "--zap-log-level=debug")

@@ -278,7 +278,8 @@ func startManager(t *testing.T, kubeconfig string) *manager {
 	bin := filepath.Join(binDir, "actionledger")
 	cmd := exec.CommandContext(context.Background(), bin, //nolint:gosec // the binary TestMain built
 		"--kubeconfig="+kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
-		"--health-probe-bind-address=0", "--controller-namespace=default", "--claim-margin=1s")
+		"--health-probe-bind-address=0", "--controller-namespace=default", "--claim-margin=1s",
+		"--destination-allow-cidrs=127.0.0.1/32") // the demo destination listens on loopback, denied by default
 	log := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

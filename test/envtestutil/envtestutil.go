@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +30,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/test/destination"
 )
 
@@ -105,10 +107,24 @@ func Main(m *testing.M, out **Env) {
 	os.Exit(code)
 }
 
+// LoopbackEgress is the egress configuration of test managers: --destination-allow-cidrs=127.0.0.1/32,
+// because the tests' destinations listen on 127.0.0.1, which the default policy denies (as it denies the
+// envtest API server's own address, 127.0.0.1, which this lifts as well; see docs/security.md).
+func LoopbackEgress() *egress.Config {
+	return &egress.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+}
+
+// LoopbackPolicy is LoopbackEgress as a policy, for executors built by tests (httpexec.WithEgressPolicy).
+func LoopbackPolicy() *egress.Policy { return egress.New(*LoopbackEgress()) }
+
 // StartManager runs the real manager (built as cmd/main.go builds it) in-process until the test ends;
-// the returned stop stops it earlier (a clean shutdown, not a crash).
+// the returned stop stops it earlier (a clean shutdown, not a crash). A nil o.Egress becomes
+// LoopbackEgress(); pass &egress.Config{} for the default policy.
 func (e *Env) StartManager(t testing.TB, o app.Options) (stop func()) {
 	t.Helper()
+	if o.Egress == nil {
+		o.Egress = LoopbackEgress()
+	}
 	if o.MaxConcurrentReconciles == 0 {
 		o.MaxConcurrentReconciles = 8
 	}

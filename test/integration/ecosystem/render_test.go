@@ -229,7 +229,7 @@ func TestRenderedRBACRunsTheManager(t *testing.T) {
 	mgrCfg := rest.CopyConfig(cfg)
 	mgr, err := app.New(mgrCfg, app.Options{
 		LeaderElection: true, LeaderElectionNamespace: installNamespace, ControllerNamespace: installNamespace,
-		MaxConcurrentReconciles: 2, ClaimMargin: time.Second, SkipNameValidation: true,
+		MaxConcurrentReconciles: 2, ClaimMargin: time.Second, SkipNameValidation: true, Egress: envtestutil.LoopbackEgress(),
 	})
 	if err != nil {
 		t.Fatal(err)

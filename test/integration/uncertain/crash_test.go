@@ -40,7 +40,7 @@ func TestCrashAfterAccept(t *testing.T) {
 	plainSrv, plainURL := envtestutil.DestinationServer(t, destination.Options{})
 	env.CreateDestination(t, ns, "dedup", dedupURL, fast(2*time.Second, true))
 	env.CreateDestination(t, ns, "plain", plainURL, fast(2*time.Second, false))
-	stop := env.StartManager(t, app.Options{Holder: "crash-1", Executor: crashAfterSend{real: httpexec.New()}})
+	stop := env.StartManager(t, app.Options{Holder: "crash-1", Executor: crashAfterSend{real: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy()))}})
 
 	env.Create(t, envtestutil.Action(ns, "with-key", "dedup", "/charges", `{"amount":1}`))
 	env.Create(t, envtestutil.Action(ns, "without-key", "plain", "/charges", `{"amount":2}`))
