@@ -1,0 +1,88 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/actionledger/actionledger/internal/egress"
+)
+
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := f[host]; ok {
+		return a, nil
+	}
+	return nil, errors.New("no such host")
+}
+
+func addrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+// The API server's addresses come from the rest config host (resolved), the default/kubernetes Service's
+// cluster IPs and its EndpointSlice; a source that fails later keeps its last known addresses.
+func TestAPIServerAddresses(t *testing.T) {
+	meta := metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"}
+	svc := &corev1.Service{ObjectMeta: meta, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.1", ClusterIPs: []string{"10.96.0.1", "fd00:10:96::1"}}}
+	es := &discoveryv1.EndpointSlice{ObjectMeta: meta, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.168.1.10"}}, {Addresses: []string{"192.168.1.11"}}}}
+	var fail bool
+	c := fake.NewClientBuilder().WithScheme(Scheme).WithObjects(svc, es).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if fail {
+				return errors.New("forbidden")
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}).Build()
+	p := egress.New(egress.Config{})
+	a := &apiServerAddresses{policy: p, reader: c, host: "https://api.cluster.test:6443",
+		resolver: fakeResolver{"api.cluster.test": addrs("10.0.0.5")}, log: logr.Discard()}
+	a.refresh(context.Background())
+	want := addrs("10.0.0.5", "10.96.0.1", "192.168.1.10", "192.168.1.11", "fd00:10:96::1")
+	if got := p.APIServer(); !slices.Equal(got, want) {
+		t.Fatalf("APIServer() = %v, want %v", got, want)
+	}
+	for _, s := range want {
+		if p.Check(s) == nil {
+			t.Errorf("%s allowed, want denied as an API server address", s)
+		}
+	}
+	fail = true
+	a.refresh(context.Background())
+	if got := p.APIServer(); !slices.Equal(got, want) {
+		t.Errorf("after failed reads APIServer() = %v, want the last known %v", got, want)
+	}
+}
+
+func TestAPIServerHostForms(t *testing.T) {
+	for host, want := range map[string][]netip.Addr{
+		"https://127.0.0.1:6443":     addrs("127.0.0.1"),
+		"https://[::1]:6443":         addrs("::1"),
+		"10.96.0.1:443":              addrs("10.96.0.1"),
+		"https://kubernetes.default": addrs("10.96.0.1"),
+		"":                           nil,
+	} {
+		a := &apiServerAddresses{host: host, resolver: fakeResolver{"kubernetes.default": addrs("10.96.0.1")}}
+		got, err := a.hostAddrs(context.Background())
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("hostAddrs(%q) = %v, %v, want %v", host, got, err, want)
+		}
+	}
+}
