@@ -257,3 +257,38 @@ func TestRenderedRBACRunsTheManager(t *testing.T) {
 }
 
 func metaNS(ns, name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }
+
+// config/network-policy/egress-example.yaml, with its placeholders filled in, is a NetworkPolicy a real API
+// server accepts (dry run), and it stays an example: no kustomization (so neither config/default nor the
+// Helm chart) includes it.
+func TestEgressNetworkPolicyExampleApplies(t *testing.T) {
+	root := envtestutil.RepoRoot()
+	raw, err := os.ReadFile(filepath.Join(root, "config", "network-policy", "egress-example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	filled := strings.NewReplacer("<API_SERVER_ENDPOINT_IP>", "192.0.2.10", "<POD_CIDR>", "10.244.0.0/16",
+		"<SERVICE_CIDR>", "10.96.0.0/12", "<NODE_CIDR>", "192.0.2.0/24", "<POD_CIDR_V6>", "fd00:10:244::/56",
+		"<SERVICE_CIDR_V6>", "fd00:10:96::/112").Replace(string(raw))
+	if strings.Contains(filled, "<") {
+		t.Fatalf("a placeholder is left unfilled:\n%s", filled)
+	}
+	u := &unstructured.Unstructured{}
+	if err := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(filled), 4096).Decode(&u.Object); err != nil {
+		t.Fatal(err)
+	}
+	if u.GetKind() != "NetworkPolicy" {
+		t.Fatalf("kind %q, want NetworkPolicy", u.GetKind())
+	}
+	u.SetNamespace(env.Namespace(t))
+	if err := env.Client.Create(t.Context(), u, client.DryRunAll); err != nil {
+		t.Fatalf("the API server refuses the example NetworkPolicy: %v", err)
+	}
+	ks, err := os.ReadFile(filepath.Join(root, "config", "network-policy", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(ks), "egress-example") {
+		t.Error("config/network-policy/kustomization.yaml lists the egress example; it is an example only")
+	}
+}
