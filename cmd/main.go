@@ -51,6 +51,7 @@ func run() int {
 	var (
 		metricsAddr, probeAddr, leNamespace, controllerNS string
 		secureMetrics, leaderElect, enableHTTP2           bool
+		insecureSkipVerifyAllowed                         bool
 		qps                                               float64
 		burst, concurrency                                int
 		claimMargin                                       time.Duration
@@ -72,6 +73,10 @@ func run() int {
 	flag.IntVar(&concurrency, "max-concurrent-reconciles", 16, "ExternalActions reconciled (and sent) in parallel.")
 	flag.DurationVar(&claimMargin, "claim-margin", 5*time.Second,
 		"Added to a destination's timeout to form a claim's expiry.")
+	flag.BoolVar(&insecureSkipVerifyAllowed, "insecure-skip-verify-allowed", false,
+		"Let namespaced Destinations turn TLS verification off (spec.tls.insecureSkipVerify). Without it such a "+
+			"Destination is not Ready (reason InsecureSkipVerifyNotAllowed) and nothing is sent to it; "+
+			"ClusterDestinations may always.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Usage = func() {
@@ -99,6 +104,7 @@ func run() int {
 	mgr, err := app.New(cfg, app.Options{
 		MetricsServer: &ms, ProbeAddr: probeAddr, LeaderElection: leaderElect, LeaderElectionNamespace: leNamespace,
 		ControllerNamespace: controllerNS, MaxConcurrentReconciles: concurrency, ClaimMargin: claimMargin,
+		InsecureSkipVerifyAllowed: insecureSkipVerifyAllowed,
 	})
 	if err != nil {
 		setupLog.Error(err, "Failed to set up the manager")

@@ -46,6 +46,15 @@ const (
 	ReasonDeadlineExceeded       = "DeadlineExceeded"       // the overall deadline passed
 	ReasonRetryAfterPastDeadline = "RetryAfterPastDeadline" // the destination asked to wait past the deadline
 	ReasonResolved               = "Resolved"               // a person decided
+	// ReasonPathOutsideBase: the request path (or the post-check path) would leave the destination's base
+	// path (a "." or ".." segment in any encoding, an encoded "/" or a backslash); nothing was sent (Failed).
+	ReasonPathOutsideBase = "PathOutsideBase"
+	// ReasonNamespaceNotAllowed: the ClusterDestination's namespaceSelector does not match the action's
+	// namespace; nothing is sent, the action waits in Pending until the namespace's labels match.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonInsecureSkipVerifyNotAllowed: a namespaced Destination sets tls.insecureSkipVerify but the manager
+	// runs without --insecure-skip-verify-allowed; the Destination is not Ready and its actions wait.
+	ReasonInsecureSkipVerifyNotAllowed = "InsecureSkipVerifyNotAllowed"
 )
 
 // Annotations read by the controller.

@@ -2,10 +2,10 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,6 +14,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/expr"
+	"github.com/actionledger/actionledger/internal/metrics"
 )
 
 // DestinationReconciler validates Destinations and ClusterDestinations and reports the result as their
@@ -29,6 +30,10 @@ type DestinationReconciler struct {
 	Exprs *expr.Cache
 	// Cluster selects ClusterDestination (true) or Destination (false).
 	Cluster bool
+	// InsecureSkipVerifyAllowed lets namespaced Destinations turn TLS verification off (manager flag
+	// --insecure-skip-verify-allowed); without it such a Destination is Ready=False, reason
+	// InsecureSkipVerifyNotAllowed.
+	InsecureSkipVerifyAllowed bool
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 }
@@ -38,24 +43,36 @@ func (r *DestinationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	var obj client.Object
 	var spec *actionsv1alpha1.DestinationSpec
 	var status *actionsv1alpha1.DestinationStatus
-	secretNS := req.Namespace
+	var selector *metav1.LabelSelector
+	secretNS, id := req.Namespace, "Destination/"+req.Namespace+"/"+req.Name
 	if r.Cluster {
 		cd := &actionsv1alpha1.ClusterDestination{}
-		obj, spec, status, secretNS = cd, &cd.Spec, &cd.Status, r.ControllerNamespace
+		obj, spec, status, secretNS, id = cd, &cd.Spec.DestinationSpec, &cd.Status, r.ControllerNamespace, "ClusterDestination/"+req.Name
 	} else {
 		d := &actionsv1alpha1.Destination{}
 		obj, spec, status = d, &d.Spec, &d.Status
 	}
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			// Deleted: its metric series go too, so a deleted tenant's destination does not stay in every scrape.
+			metrics.ForgetDestination(id)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if cd, ok := obj.(*actionsv1alpha1.ClusterDestination); ok {
+		selector = cd.Spec.NamespaceSelector
 	}
 	cond := metav1.Condition{Type: actionsv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Valid",
 		Message: "the URL, Secrets and expressions are valid", ObservedGeneration: obj.GetGeneration()}
-	if err := r.validate(ctx, spec, secretNS, fmt.Sprintf("%s %s", kindOf(r.Cluster), req.String())); err != nil {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Invalid", err.Error()
-		if errors.Is(err, errSecretNotAllowed) {
-			cond.Reason = actionsv1alpha1.ReasonSecretNotAllowed
+	err := r.validate(ctx, spec, secretNS, fmt.Sprintf("%s %s", kindOf(r.Cluster), req.String()))
+	if err == nil && selector != nil {
+		if _, serr := metav1.LabelSelectorAsSelector(selector); serr != nil {
+			err = fmt.Errorf("spec.namespaceSelector: %w", serr)
 		}
+	}
+	if err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, destinationReason(err, "Invalid"), err.Error()
 	}
 	before := status.DeepCopy()
 	status.ObservedGeneration = obj.GetGeneration()
@@ -73,6 +90,9 @@ func (r *DestinationReconciler) validate(ctx context.Context, spec *actionsv1alp
 	u, err := url.Parse(spec.URL)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return fmt.Errorf("spec.url %q is not an absolute http or https URL", spec.URL)
+	}
+	if err := checkDestinationSpec(spec, owner, !r.Cluster, r.InsecureSkipVerifyAllowed); err != nil {
+		return err
 	}
 	if rc := spec.Reconciliation; rc != nil {
 		for field, src := range map[string]string{"applied": rc.Applied, "notApplied": rc.NotApplied} {
