@@ -171,7 +171,9 @@ type ReconciliationCheck struct {
 	// +kubebuilder:validation:Enum=GET;HEAD
 	Method string `json:"method,omitempty"`
 
-	// path is appended to the destination URL. {key}, {namespace} and {name} are replaced, URL-escaped.
+	// path is appended to the destination URL. {key}, {namespace} and {name} are replaced, URL-escaped. It must
+	// stay under the URL's path like an action's path (an escaped "/" from {key} is accepted); a post-check
+	// whose filled-in path does not is not sent and counts as inconclusive.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
@@ -291,7 +293,9 @@ type Retention struct {
 // DestinationSpec is an endpoint catalog entry: where actions are sent and under which rules.
 // +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.caBundle) || self.url.startsWith('https://')",message="tls.caBundle needs an https:// url"
 type DestinationSpec struct {
-	// url is the base URL (http or https); each action's request.path is appended to it.
+	// url is the base URL (http or https, without query or fragment); each action's request.path is appended
+	// to it and must stay under its path, segment by segment: a "." or ".." segment in any encoding, an encoded
+	// "/" or a backslash is refused (reason PathOutsideBase) and nothing is sent.
 	// +required
 	// +kubebuilder:validation:MinLength=8
 	// +kubebuilder:validation:MaxLength=2048
