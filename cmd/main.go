@@ -54,6 +54,7 @@ func run() int {
 	var (
 		metricsAddr, probeAddr, leNamespace, controllerNS string
 		secureMetrics, leaderElect, enableHTTP2           bool
+		insecureSkipVerifyAllowed                         bool
 		qps                                               float64
 		burst, concurrency                                int
 		claimMargin                                       time.Duration
@@ -83,6 +84,10 @@ func run() int {
 	cidrsFlag(&egressCfg.Deny, strings.TrimPrefix(egress.FlagDeny, "--"), "Comma-separated CIDRs that destinations "+
 		"may not reach, in addition to the default deny set; at equal prefix length they win over "+
 		egress.FlagAllow+". Repeatable. Example: 10.0.0.0/8,fd00::/8.")
+	flag.BoolVar(&insecureSkipVerifyAllowed, "insecure-skip-verify-allowed", false,
+		"Let namespaced Destinations turn TLS verification off (spec.tls.insecureSkipVerify). Without it such a "+
+			"Destination is not Ready (reason InsecureSkipVerifyNotAllowed) and nothing is sent to it; "+
+			"ClusterDestinations may always.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Usage = func() {
@@ -110,7 +115,8 @@ func run() int {
 	mgr, err := app.New(cfg, app.Options{
 		MetricsServer: &ms, ProbeAddr: probeAddr, LeaderElection: leaderElect, LeaderElectionNamespace: leNamespace,
 		ControllerNamespace: controllerNS, MaxConcurrentReconciles: concurrency, ClaimMargin: claimMargin,
-		Egress: &egressCfg,
+		Egress:                    &egressCfg,
+		InsecureSkipVerifyAllowed: insecureSkipVerifyAllowed,
 	})
 	if err != nil {
 		setupLog.Error(err, "Failed to set up the manager")

@@ -50,6 +50,15 @@ const (
 	// Ready condition when its URL host is, or resolves only to, denied addresses; attempts record it as
 	// attemptHistory[].errorClass). Changed with the --destination-allow-cidrs / --destination-deny-cidrs flags.
 	ReasonEgressDenied = "EgressDenied"
+	// ReasonPathOutsideBase: the request path (or the post-check path) would leave the destination's base
+	// path (a "." or ".." segment in any encoding, an encoded "/" or a backslash); nothing was sent (Failed).
+	ReasonPathOutsideBase = "PathOutsideBase"
+	// ReasonNamespaceNotAllowed: the ClusterDestination's namespaceSelector does not match the action's
+	// namespace; nothing is sent, the action waits in Pending until the namespace's labels match.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonInsecureSkipVerifyNotAllowed: a namespaced Destination sets tls.insecureSkipVerify but the manager
+	// runs without --insecure-skip-verify-allowed; the Destination is not Ready and its actions wait.
+	ReasonInsecureSkipVerifyNotAllowed = "InsecureSkipVerifyNotAllowed"
 )
 
 // Annotations read by the controller.

@@ -98,7 +98,10 @@ type TLSConfig struct {
 	// +kubebuilder:validation:MaxLength=253
 	ServerName string `json:"serverName,omitempty"`
 
-	// insecureSkipVerify disables certificate verification. For tests only; defaults to false.
+	// insecureSkipVerify disables certificate verification. For tests only; defaults to false. A namespaced
+	// Destination with it set is not used (Ready=False, reason InsecureSkipVerifyNotAllowed; actions wait and
+	// nothing is sent) unless the manager runs with --insecure-skip-verify-allowed; a ClusterDestination may
+	// always set it.
 	// +optional
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 }
@@ -168,7 +171,9 @@ type ReconciliationCheck struct {
 	// +kubebuilder:validation:Enum=GET;HEAD
 	Method string `json:"method,omitempty"`
 
-	// path is appended to the destination URL. {key}, {namespace} and {name} are replaced, URL-escaped.
+	// path is appended to the destination URL. {key}, {namespace} and {name} are replaced, URL-escaped. It must
+	// stay under the URL's path like an action's path (an escaped "/" from {key} is accepted); a post-check
+	// whose filled-in path does not is not sent and counts as inconclusive.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
@@ -288,7 +293,9 @@ type Retention struct {
 // DestinationSpec is an endpoint catalog entry: where actions are sent and under which rules.
 // +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.caBundle) || self.url.startsWith('https://')",message="tls.caBundle needs an https:// url"
 type DestinationSpec struct {
-	// url is the base URL (http or https); each action's request.path is appended to it.
+	// url is the base URL (http or https, without query or fragment); each action's request.path is appended
+	// to it and must stay under its path, segment by segment: a "." or ".." segment in any encoding, an encoded
+	// "/" or a backslash is refused (reason PathOutsideBase) and nothing is sent.
 	// +required
 	// +kubebuilder:validation:MinLength=8
 	// +kubebuilder:validation:MaxLength=2048
@@ -385,6 +392,19 @@ type DestinationList struct {
 	Items           []Destination `json:"items"`
 }
 
+// ClusterDestinationSpec is a DestinationSpec plus the namespaces allowed to use it.
+type ClusterDestinationSpec struct {
+	DestinationSpec `json:",inline"`
+
+	// namespaceSelector selects the namespaces whose ExternalActions may use this ClusterDestination, by the
+	// namespace's labels (metav1.LabelSelector). When omitted every namespace may use it; an empty selector
+	// ({}) also matches every namespace. An action in a namespace that does not match gets nothing sent and
+	// waits in phase Pending with reason NamespaceNotAllowed; it proceeds when the namespace's labels change
+	// to match.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+}
+
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=xcdest,categories=actionledger
@@ -393,16 +413,16 @@ type DestinationList struct {
 // +kubebuilder:printcolumn:name="DEDUP",type=boolean,JSONPath=`.spec.idempotency.supported`
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 
-// ClusterDestination is a cluster-scoped, admin-owned endpoint catalog entry with the same spec as Destination.
-// Its Secrets are read only from the controller's namespace.
+// ClusterDestination is a cluster-scoped, admin-owned endpoint catalog entry with the same spec as Destination
+// plus namespaceSelector. Its Secrets are read only from the controller's namespace.
 type ClusterDestination struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	// spec is the endpoint and its rules.
+	// spec is the endpoint, its rules and the namespaces that may use it.
 	// +required
-	Spec DestinationSpec `json:"spec"`
+	Spec ClusterDestinationSpec `json:"spec"`
 
 	// status is the observed state.
 	// +optional

@@ -45,7 +45,10 @@ type ActionRequest struct {
 	// +kubebuilder:validation:Enum=GET;HEAD;OPTIONS;POST;PUT;PATCH;DELETE
 	Method string `json:"method,omitempty"`
 
-	// path is appended to the destination's url; it may carry a query string. Default "/".
+	// path is appended to the destination's url; it may carry a query string, passed on unchanged. Default "/".
+	// It must stay under the url's path: a "." or ".." segment in any encoding (%2e), an encoded "/" or
+	// backslash (%2f, %5c) and a raw backslash are refused with reason PathOutsideBase (phase Failed) and
+	// nothing is sent.
 	// +optional
 	// +kubebuilder:default="/"
 	// +kubebuilder:validation:MaxLength=2048

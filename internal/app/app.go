@@ -56,6 +56,9 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// ClaimMargin is added to a destination's timeout to form a claim's expiry.
 	ClaimMargin time.Duration
+	// InsecureSkipVerifyAllowed lets namespaced Destinations turn TLS verification off (flag
+	// --insecure-skip-verify-allowed, default false); ClusterDestinations may always.
+	InsecureSkipVerifyAllowed bool
 	// Holder overrides the claim holder identity (default: hostname + "_" + random nonce).
 	Holder string
 	// Clock overrides the clock (tests).
@@ -136,26 +139,28 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		holder = NewHolder()
 	}
 	if err := (&controller.ExternalActionReconciler{
-		Client:                  mgr.GetClient(),
-		APIReader:               mgr.GetAPIReader(),
-		Scheme:                  mgr.GetScheme(),
-		Recorder:                mgr.GetEventRecorder("actionledger"),
-		Clock:                   clk,
-		Executor:                exec,
-		Limiter:                 limiter.NewRegistry(),
-		Exprs:                   expr.NewCache(expr.DefaultCacheSize),
-		Holder:                  holder,
-		ControllerNamespace:     o.ControllerNamespace,
-		ClaimMargin:             o.ClaimMargin,
-		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		SkipNameValidation:      o.SkipNameValidation,
+		Client:                    mgr.GetClient(),
+		APIReader:                 mgr.GetAPIReader(),
+		Scheme:                    mgr.GetScheme(),
+		Recorder:                  mgr.GetEventRecorder("actionledger"),
+		Clock:                     clk,
+		Executor:                  exec,
+		Limiter:                   limiter.NewRegistry(),
+		Exprs:                     expr.NewCache(expr.DefaultCacheSize),
+		Holder:                    holder,
+		ControllerNamespace:       o.ControllerNamespace,
+		ClaimMargin:               o.ClaimMargin,
+		MaxConcurrentReconciles:   o.MaxConcurrentReconciles,
+		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
+		SkipNameValidation:        o.SkipNameValidation,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the ExternalAction controller: %w", err)
 	}
 	for _, cluster := range []bool{false, true} {
 		if err := (&controller.DestinationReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ControllerNamespace: o.ControllerNamespace,
-			Exprs: expr.NewCache(64), Egress: policy, Cluster: cluster, SkipNameValidation: o.SkipNameValidation,
+			Exprs: expr.NewCache(64), Egress: policy, Cluster: cluster, InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
+			SkipNameValidation: o.SkipNameValidation,
 		}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the destination validator: %w", err)
 		}

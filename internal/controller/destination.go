@@ -12,10 +12,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/retry"
@@ -47,6 +50,73 @@ var errSecretNotAllowed = errors.New("secret not allowed")
 
 // errDestinationNotFound marks a missing Destination or ClusterDestination.
 var errDestinationNotFound = errors.New("destination not found")
+
+// errNamespaceNotAllowed marks an action whose namespace a ClusterDestination's namespaceSelector does not match.
+var errNamespaceNotAllowed = errors.New("namespace not allowed")
+
+// errInsecureSkipVerifyNotAllowed marks a namespaced Destination that turns TLS verification off while the
+// manager does not allow it (--insecure-skip-verify-allowed).
+var errInsecureSkipVerifyNotAllowed = errors.New("insecureSkipVerify not allowed")
+
+// destinationReason maps a destination error to its condition reason (api/v1alpha1/conditions.go), or fallback.
+func destinationReason(err error, fallback string) string {
+	switch {
+	case errors.Is(err, errSecretNotAllowed):
+		return actionsv1alpha1.ReasonSecretNotAllowed
+	case errors.Is(err, errNamespaceNotAllowed):
+		return actionsv1alpha1.ReasonNamespaceNotAllowed
+	case errors.Is(err, errInsecureSkipVerifyNotAllowed):
+		return actionsv1alpha1.ReasonInsecureSkipVerifyNotAllowed
+	case egress.IsDenied(err):
+		return actionsv1alpha1.ReasonEgressDenied
+	case errors.Is(err, httpexec.ErrPathOutsideBase):
+		return actionsv1alpha1.ReasonPathOutsideBase
+	}
+	return fallback
+}
+
+// checkDestinationSpec checks what a destination needs before any action may use it, without reading Secrets:
+// the base URL can be joined (httpexec.JoinURL), the post-check path template stays under it, and a namespaced
+// Destination turns TLS verification off only when the manager allows it.
+func checkDestinationSpec(spec *actionsv1alpha1.DestinationSpec, owner string, namespaced, insecureSkipVerifyAllowed bool) error {
+	if _, err := httpexec.JoinURL(spec.URL, "/"); err != nil {
+		return fmt.Errorf("%s spec.url: %w", owner, err)
+	}
+	if rc := spec.Reconciliation; rc != nil {
+		if _, err := httpexec.JoinURLEscapedValues(spec.URL, rc.Path); err != nil {
+			return fmt.Errorf("%s spec.reconciliation.path: %w", owner, err)
+		}
+	}
+	if namespaced && spec.TLS != nil && spec.TLS.InsecureSkipVerify && !insecureSkipVerifyAllowed {
+		return fmt.Errorf("%w: %s sets spec.tls.insecureSkipVerify, but this manager does not allow namespaced "+
+			"Destinations to turn TLS verification off (flag --insecure-skip-verify-allowed); nothing is sent. "+
+			"Give spec.tls.caBundle instead, or ask the admin for a ClusterDestination", errInsecureSkipVerifyNotAllowed, owner)
+	}
+	return nil
+}
+
+// namespaceAllowed checks a ClusterDestination's namespaceSelector against the labels of namespace ns, read
+// from the manager's metadata-only Namespace cache. No selector admits every namespace.
+func namespaceAllowed(ctx context.Context, c client.Reader, cd *actionsv1alpha1.ClusterDestination, ns string) error {
+	if cd.Spec.NamespaceSelector == nil {
+		return nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(cd.Spec.NamespaceSelector)
+	if err != nil {
+		return fmt.Errorf("ClusterDestination %q has an invalid spec.namespaceSelector: %w", cd.Name, err)
+	}
+	nsMeta := &metav1.PartialObjectMetadata{}
+	nsMeta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := c.Get(ctx, types.NamespacedName{Name: ns}, nsMeta); err != nil {
+		return fmt.Errorf("reading namespace %q for ClusterDestination %q's namespaceSelector: %w", ns, cd.Name, err)
+	}
+	if !sel.Matches(labels.Set(nsMeta.Labels)) {
+		return fmt.Errorf("%w: ClusterDestination %q admits only namespaces whose labels match %q "+
+			"(spec.namespaceSelector), and namespace %q does not; nothing is sent until its labels match",
+			errNamespaceNotAllowed, cd.Name, sel.String(), ns)
+	}
+	return nil
+}
 
 // resolvedDestination is a destination with its Secrets read and its policy defaulted.
 type resolvedDestination struct {
@@ -80,7 +150,10 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 			}
 			return nil, fmt.Errorf("reading ClusterDestination %q: %w", ref.Name, err)
 		}
-		spec, id, secretNS = &cd.Spec, "ClusterDestination/"+ref.Name, r.ControllerNamespace
+		if err := namespaceAllowed(ctx, r.Client, cd, xa.Namespace); err != nil {
+			return nil, err
+		}
+		spec, id, secretNS = &cd.Spec.DestinationSpec, "ClusterDestination/"+ref.Name, r.ControllerNamespace
 	default:
 		d := &actionsv1alpha1.Destination{}
 		if err := r.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: ref.Name}, d); err != nil {
@@ -90,6 +163,9 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 			return nil, fmt.Errorf("reading Destination %s/%s: %w", xa.Namespace, ref.Name, err)
 		}
 		spec, id, secretNS = &d.Spec, "Destination/"+xa.Namespace+"/"+ref.Name, xa.Namespace
+	}
+	if err := checkDestinationSpec(spec, id, ref.Kind != kindClusterDestination, r.InsecureSkipVerifyAllowed); err != nil {
+		return nil, err
 	}
 	rd := &resolvedDestination{ID: id, Spec: spec, Timeout: DefaultTimeout, KeyHeader: DefaultIdempotencyHdr}
 	if spec.Timeout != nil && spec.Timeout.Duration > 0 {

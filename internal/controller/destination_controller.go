@@ -2,13 +2,13 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +18,7 @@ import (
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
+	"github.com/actionledger/actionledger/internal/metrics"
 )
 
 // Egress check of the validator.
@@ -52,6 +53,10 @@ type DestinationReconciler struct {
 	Resolver Resolver
 	// Cluster selects ClusterDestination (true) or Destination (false).
 	Cluster bool
+	// InsecureSkipVerifyAllowed lets namespaced Destinations turn TLS verification off (manager flag
+	// --insecure-skip-verify-allowed); without it such a Destination is Ready=False, reason
+	// InsecureSkipVerifyNotAllowed.
+	InsecureSkipVerifyAllowed bool
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 }
@@ -61,28 +66,36 @@ func (r *DestinationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	var obj client.Object
 	var spec *actionsv1alpha1.DestinationSpec
 	var status *actionsv1alpha1.DestinationStatus
-	secretNS := req.Namespace
+	var selector *metav1.LabelSelector
+	secretNS, id := req.Namespace, "Destination/"+req.Namespace+"/"+req.Name
 	if r.Cluster {
 		cd := &actionsv1alpha1.ClusterDestination{}
-		obj, spec, status, secretNS = cd, &cd.Spec, &cd.Status, r.ControllerNamespace
+		obj, spec, status, secretNS, id = cd, &cd.Spec.DestinationSpec, &cd.Status, r.ControllerNamespace, "ClusterDestination/"+req.Name
 	} else {
 		d := &actionsv1alpha1.Destination{}
 		obj, spec, status = d, &d.Spec, &d.Status
 	}
 	if err := r.Get(ctx, req.NamespacedName, obj); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			// Deleted: its metric series go too, so a deleted tenant's destination does not stay in every scrape.
+			metrics.ForgetDestination(id)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if cd, ok := obj.(*actionsv1alpha1.ClusterDestination); ok {
+		selector = cd.Spec.NamespaceSelector
 	}
 	cond := metav1.Condition{Type: actionsv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Valid",
 		Message: "the URL, Secrets and expressions are valid", ObservedGeneration: obj.GetGeneration()}
 	recheck, err := r.validate(ctx, spec, secretNS, fmt.Sprintf("%s %s", kindOf(r.Cluster), req.String()))
-	if err != nil {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Invalid", err.Error()
-		switch {
-		case errors.Is(err, errSecretNotAllowed):
-			cond.Reason = actionsv1alpha1.ReasonSecretNotAllowed
-		case egress.IsDenied(err):
-			cond.Reason = actionsv1alpha1.ReasonEgressDenied
+	if err == nil && selector != nil {
+		if _, serr := metav1.LabelSelectorAsSelector(selector); serr != nil {
+			err = fmt.Errorf("spec.namespaceSelector: %w", serr)
 		}
+	}
+	if err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, destinationReason(err, "Invalid"), err.Error()
 	}
 	result := ctrl.Result{}
 	if recheck {
@@ -151,6 +164,9 @@ func (r *DestinationReconciler) checkEgress(ctx context.Context, host string) (i
 }
 
 func (r *DestinationReconciler) validateRest(ctx context.Context, spec *actionsv1alpha1.DestinationSpec, secretNS, owner string) error {
+	if err := checkDestinationSpec(spec, owner, !r.Cluster, r.InsecureSkipVerifyAllowed); err != nil {
+		return err
+	}
 	if rc := spec.Reconciliation; rc != nil {
 		for field, src := range map[string]string{"applied": rc.Applied, "notApplied": rc.NotApplied} {
 			if _, err := r.Exprs.Get(src); err != nil {

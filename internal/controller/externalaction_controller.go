@@ -21,7 +21,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -34,10 +33,14 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -71,6 +74,9 @@ type ExternalActionReconciler struct {
 	MaxConcurrentReconciles int
 	// Rand returns a number in [0, 1) for jitter; nil uses math/rand/v2.
 	Rand func() float64
+	// InsecureSkipVerifyAllowed lets namespaced Destinations turn TLS verification off (manager flag
+	// --insecure-skip-verify-allowed); ClusterDestinations may always.
+	InsecureSkipVerifyAllowed bool
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
 
@@ -91,6 +97,7 @@ type pendingOutcome struct {
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations/status;clusterdestinations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=actiontombstones,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
@@ -178,7 +185,15 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 	step := ledger.Advance(&xa.Status, env)
 	switch step.Kind {
 	case ledger.KindSend:
-		return r.claimAndSend(ctx, xa, dest, step, body, env)
+		// DESIGN rule 11: the path never leaves the destination's base path (the base was checked on resolving).
+		// Checked here, where no claim is open, so that an uncertain attempt is never dropped by the refusal.
+		target, err := httpexec.JoinURL(dest.Spec.URL, xa.Spec.Request.Path)
+		if err != nil {
+			msg := fmt.Sprintf("spec.request.path: %v; nothing was sent. Use a path without \".\" or \"..\" segments "+
+				"(in any encoding), encoded \"/\" or backslashes", err)
+			return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonPathOutsideBase, msg, env), dest.ID)
+		}
+		return r.claimAndSend(ctx, xa, dest, step, target, body, env)
 	case ledger.KindPostCheck:
 		return r.postCheck(ctx, xa, dest, step, env)
 	default:
@@ -188,7 +203,7 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 
 // claimAndSend takes a token from the destination's limits, writes the claim (DESIGN rule 1) and only then sends.
 func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
-	step ledger.Step, body []byte, env ledger.Env) (ctrl.Result, error) {
+	step ledger.Step, target string, body []byte, env ledger.Env) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	attempt := step.Status.Claim.Attempt
 	key := xa.Namespace + "/" + xa.Name
@@ -227,7 +242,7 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 		outcome = ledger.Outcome{Class: retry.ClassNotSent, FinishedAt: r.Clock.Now(), ErrorClass: "ClaimExpired",
 			Error: "the claim had too little time left to send; nothing was sent"}
 	} else {
-		outcome = r.send(ctx, claimed, dest, body, timeout, env)
+		outcome = r.send(ctx, claimed, dest, target, body, timeout, env)
 	}
 	metrics.Attempts.WithLabelValues(dest.ID, string(outcome.Class)).Inc()
 	metrics.AttemptDuration.WithLabelValues(dest.ID).Observe(max(outcome.FinishedAt.Sub(env.Now).Seconds(), 0))
@@ -392,18 +407,28 @@ func (r *ExternalActionReconciler) event(xa *actionsv1alpha1.ExternalAction, e *
 	r.Recorder.Eventf(xa, nil, t, e.Reason, "Reconcile", "%s", e.Message)
 }
 
-// waitOnDestination records why the destination cannot be used and looks again later.
+// destinationRecheck is how often an action waiting on its destination looks again without a watch event.
+const destinationRecheck = 15 * time.Second
+
+// waitOnDestination records why the destination cannot be used (reason DestinationNotReady, or the more precise
+// SecretNotAllowed, NamespaceNotAllowed, InsecureSkipVerifyNotAllowed, PathOutsideBase) and looks again later.
+// nextAttemptAt keeps the retry schedule (or now): the wait ends as soon as the destination becomes usable, for
+// example when a Namespace watch event shows labels that now match, not a fixed delay later.
 func (r *ExternalActionReconciler) waitOnDestination(ctx context.Context, xa *actionsv1alpha1.ExternalAction, err error, env ledger.Env) (ctrl.Result, error) {
-	reason := actionsv1alpha1.ReasonDestinationNotReady
-	if errors.Is(err, errSecretNotAllowed) {
-		reason = actionsv1alpha1.ReasonSecretNotAllowed
+	reason := destinationReason(err, actionsv1alpha1.ReasonDestinationNotReady)
+	next := env.Now
+	if n := xa.Status.NextAttemptAt; n != nil && n.After(next) {
+		next = n.Time
 	}
-	until := env.Now.Add(15 * time.Second)
-	step := ledger.Delayed(&xa.Status, reason, err.Error(), until, env)
+	step := ledger.Delayed(&xa.Status, reason, err.Error(), next, env)
 	if step.Status != nil {
 		step.Event = &ledger.Event{Warning: true, Reason: reason, Message: err.Error()}
 	}
-	return r.apply(ctx, xa, step, "")
+	res, aerr := r.apply(ctx, xa, step, "")
+	if aerr != nil {
+		return res, aerr
+	}
+	return ctrl.Result{RequeueAfter: max(next.Sub(r.Clock.Now()), destinationRecheck)}, nil
 }
 
 func (r *ExternalActionReconciler) envFor(xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
@@ -483,7 +508,29 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&actionsv1alpha1.ExternalAction{}).
+		// A namespace's labels decide which ClusterDestinations its actions may use (spec.namespaceSelector):
+		// metadata is all that is read, and a label change wakes the actions waiting on NamespaceNotAllowed.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.actionsUsingClusterDestinations),
+			builder.OnlyMetadata, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Named("externalaction").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, SkipNameValidation: &r.SkipNameValidation}).
 		Complete(r)
+}
+
+// actionsUsingClusterDestinations maps a Namespace to the unfinished ExternalActions in it that reference a
+// ClusterDestination (listed from the cache), so that they re-check its namespaceSelector.
+func (r *ExternalActionReconciler) actionsUsingClusterDestinations(ctx context.Context, ns client.Object) []reconcile.Request {
+	list := &actionsv1alpha1.ExternalActionList{}
+	if err := r.List(ctx, list, client.InNamespace(ns.GetName()), client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).V(1).Info("listing actions of a relabelled namespace failed", "namespace", ns.GetName(), "err", err.Error())
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		xa := &list.Items[i]
+		if xa.Spec.DestinationRef.Kind == kindClusterDestination && !xa.Status.Phase.Terminal() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(xa)})
+		}
+	}
+	return out
 }

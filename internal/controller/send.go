@@ -54,17 +54,10 @@ func method(xa *actionsv1alpha1.ExternalAction) string {
 	return http.MethodPost
 }
 
-// joinURL appends path (which starts with "/", and may carry a query) to the destination's base URL.
-func joinURL(base, path string) string {
-	if path == "" {
-		path = "/"
-	}
-	return strings.TrimSuffix(base, "/") + path
-}
-
-// send performs one attempt and classifies it. The request is rebuilt identically from the spec each time.
+// send performs one attempt to target (the checked httpexec.JoinURL of the destination's url and the action's
+// path) and classifies it. The request is rebuilt identically from the spec each time.
 func (r *ExternalActionReconciler) send(ctx context.Context, xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
-	body []byte, timeout time.Duration, env ledger.Env) ledger.Outcome {
+	target string, body []byte, timeout time.Duration, env ledger.Env) ledger.Outcome {
 	h := http.Header{}
 	for k, v := range xa.Spec.Request.Headers {
 		h.Set(k, v)
@@ -77,7 +70,7 @@ func (r *ExternalActionReconciler) send(ctx context.Context, xa *actionsv1alpha1
 	}
 	h.Set(dest.KeyHeader, xa.Status.IdempotencyKey)
 	res := r.Executor.Execute(ctx, httpexec.Request{
-		Method: method(xa), URL: joinURL(dest.Spec.URL, xa.Spec.Request.Path), Header: h, Body: body,
+		Method: method(xa), URL: target, Header: h, Body: body,
 		Timeout: timeout, TLS: dest.TLS,
 	}, MaxResponseBodyBytes)
 	return r.classify(xa, res, env)
@@ -149,26 +142,35 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 	}
 	rc := dest.Spec.Reconciliation
 	key := xa.Namespace + "/" + xa.Name
-	if ok, wait, reason := r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, key, true, env.Now); !ok {
-		metrics.Delayed.WithLabelValues(dest.ID, string(reason)).Inc()
-		return ctrl.Result{RequeueAfter: wait}, nil
-	}
 	attempt := xa.Status.Claim.Attempt
 	path := strings.NewReplacer("{key}", url.QueryEscape(xa.Status.IdempotencyKey),
 		"{namespace}", url.PathEscape(xa.Namespace), "{name}", url.PathEscape(xa.Name)).Replace(rc.Path)
-	h := http.Header{}
-	for k, vs := range dest.AuthHeader {
-		h[k] = append([]string(nil), vs...)
+	// The filled-in path is checked again: an escaped key may hold "%2F", never a dot segment.
+	target, joinErr := httpexec.JoinURLEscapedValues(dest.Spec.URL, path)
+	var res httpexec.Result
+	if joinErr != nil {
+		// Nothing is sent; the check counts as inconclusive, so the action ends OutcomeUnknown (DESIGN rule 3).
+		log.FromContext(ctx).Info("post-check not sent: its path leaves the destination's base path", "attempt", attempt,
+			"reason", actionsv1alpha1.ReasonPathOutsideBase, "error", joinErr.Error())
+	} else {
+		if ok, wait, reason := r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, key, true, env.Now); !ok {
+			metrics.Delayed.WithLabelValues(dest.ID, string(reason)).Inc()
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+		h := http.Header{}
+		for k, vs := range dest.AuthHeader {
+			h[k] = append([]string(nil), vs...)
+		}
+		h.Set(dest.KeyHeader, xa.Status.IdempotencyKey)
+		m := rc.Method
+		if m == "" {
+			m = http.MethodGet
+		}
+		res = r.Executor.Execute(ctx, httpexec.Request{Method: m, URL: target, Header: h, Timeout: dest.Timeout, TLS: dest.TLS}, MaxResponseBodyBytes)
 	}
-	h.Set(dest.KeyHeader, xa.Status.IdempotencyKey)
-	m := rc.Method
-	if m == "" {
-		m = http.MethodGet
-	}
-	res := r.Executor.Execute(ctx, httpexec.Request{Method: m, URL: joinURL(dest.Spec.URL, path), Header: h, Timeout: dest.Timeout, TLS: dest.TLS}, MaxResponseBodyBytes)
 	verdict := ledger.VerdictInconclusive
 	var rec *actionsv1alpha1.ResponseRecord
-	if res.Err == nil && res.Response != nil {
+	if joinErr == nil && res.Err == nil && res.Response != nil {
 		rec = responseRecord(res.Response)
 		in := expr.Response{StatusCode: res.Response.StatusCode, Header: res.Response.Header, Body: res.Response.Body}
 		if p, err := r.Exprs.Get(rc.Applied); err == nil {

@@ -89,3 +89,18 @@ func init() {
 	ctrlmetrics.Registry.MustRegister(Attempts, Retries, Replays, FingerprintConflicts, OutcomeUnknown,
 		Exhausted, ManualResolutions, ReconciliationDuration, ActionDuration, Delayed, AttemptDuration)
 }
+
+// ForgetDestination deletes every series of the destination id ("Destination/<namespace>/<name>" or
+// "ClusterDestination/<name>") from the per-destination metrics, when that destination is deleted. It returns the
+// number of series deleted. An attempt still in flight when the destination is deleted may record one series
+// again; it goes with the manager's next restart.
+func ForgetDestination(id string) int {
+	match := prometheus.Labels{labelDestination: id}
+	n := 0
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{Attempts, Retries, Exhausted, AttemptDuration, Delayed} {
+		n += v.DeletePartialMatch(match)
+	}
+	return n
+}

@@ -258,6 +258,22 @@ func Eventually(t testing.TB, timeout time.Duration, what func() string, cond fu
 	}
 }
 
+// Consistently checks cond every 50ms for d and fails the test, with what() in the message, the first time it
+// does not hold: the way to show that something does not happen.
+func Consistently(t testing.TB, d time.Duration, what func() string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for {
+		if !cond() {
+			t.Fatalf("expected %s to hold for %s, but it stopped holding", what(), d)
+		}
+		if time.Now().After(end) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // Say turns a fixed description into Eventually's what.
 func Say(s string) func() string { return func() string { return s } }
 

@@ -50,10 +50,10 @@ func TestSharedRateLimitC11(t *testing.T) {
 	cdName := "c11-a-" + nsX
 	cd := &actionsv1alpha1.ClusterDestination{
 		ObjectMeta: metav1.ObjectMeta{Name: cdName},
-		Spec: actionsv1alpha1.DestinationSpec{
+		Spec: actionsv1alpha1.ClusterDestinationSpec{DestinationSpec: actionsv1alpha1.DestinationSpec{
 			URL:       urlA,
 			RateLimit: &actionsv1alpha1.RateLimit{RequestsPerSecond: rate, Burst: ptr(int32(burst))},
-		},
+		}},
 	}
 	env.Create(t, cd)
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cd) })
