@@ -82,7 +82,7 @@ func (r *DestinationReconciler) validate(ctx context.Context, spec *actionsv1alp
 		}
 	}
 	sr := secretReader{reader: r.APIReader, ctx: ctx, allowed: secretNS, owner: owner}
-	if _, err := sr.authHeader(spec.Auth); err != nil {
+	if _, _, err := sr.authHeader(spec.Auth); err != nil {
 		return err
 	}
 	if _, err := sr.tlsOptions(spec.TLS); err != nil {
