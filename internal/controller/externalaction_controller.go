@@ -301,7 +301,7 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 			return ctrl.Result{}, nil
 		}
 		if !apierrors.IsConflict(err) {
-			if try >= 8 || !cur.DeletionTimestamp.IsZero() && try >= 2 {
+			if try >= 8 || (!cur.DeletionTimestamp.IsZero() && try >= 2) {
 				park()
 				if !cur.DeletionTimestamp.IsZero() {
 					logger.Info("deleting: the outcome could not be written; finalizing with it", "attempt", attempt, "error", err.Error())
