@@ -58,7 +58,7 @@ type resolvedDestination struct {
 	KeySupported bool
 	AuthHeader   http.Header
 	// Redactor replaces the Secret values sent in AuthHeader in whatever is stored or emitted (DESIGN rule 11).
-	Redactor *redactor
+	Redactor     *redactor
 	TLS          *httpexec.TLSOptions
 	Policy       retry.Policy // Deadline still relative: see policyFor
 	DeadlineDur  time.Duration
