@@ -38,7 +38,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -207,15 +206,14 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 
 	claimed := xa.DeepCopy()
 	claimed.Status = *step.Status
-	trimmed, err := r.updateStatus(ctx, claimed)
-	if trimmed && err == nil {
-		r.warnTrimmed(claimed)
-	}
-	if err != nil {
+	if err := r.updateStatus(ctx, claimed); err != nil {
 		// A Conflict means the decision was based on a stale copy (C01) or another holder moved first: send nothing.
 		if apierrors.IsConflict(err) {
 			logger.V(1).Info("claim lost to a newer version; nothing sent", "attempt", attempt)
 			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		}
+		if errors.Is(err, errStatusRefused) {
+			return ctrl.Result{}, r.refused(claimed, fmt.Sprintf("the claim of attempt %d", attempt), err)
 		}
 		return ctrl.Result{}, fmt.Errorf("writing the claim of attempt %d: %w", attempt, err)
 	}
@@ -272,12 +270,9 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 		}
 		upd := cur.DeepCopy()
 		upd.Status = *step.Status
-		trimmed, err := r.updateStatus(ctx, upd)
+		err := r.updateStatus(ctx, upd)
 		if err == nil {
 			r.pending.Delete(nn)
-			if trimmed {
-				r.warnTrimmed(upd)
-			}
 			r.afterWrite(upd, step, destinationID(upd))
 			return requeueAt(step.At, r.Clock.Now()), nil
 		}
@@ -408,20 +403,11 @@ func (r *ExternalActionReconciler) apply(ctx context.Context, xa *actionsv1alpha
 }
 
 // writeStep writes a decided status (not an outcome) with updateStatus. A Conflict or NotFound is nil (the
-// next reconcile decides again); a refused write is a Warning Event and a terminal error, since retrying the
-// same status cannot succeed.
+// next reconcile decides again); a refused write is a Warning Event and a terminal error.
 func (r *ExternalActionReconciler) writeStep(ctx context.Context, upd *actionsv1alpha1.ExternalAction) error {
-	trimmed, err := r.updateStatus(ctx, upd)
-	if err == nil {
-		if trimmed {
-			r.warnTrimmed(upd)
-		}
-		return nil
-	}
+	err := r.updateStatus(ctx, upd)
 	if errors.Is(err, errStatusRefused) {
-		r.event(upd, &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonStatusRefused,
-			Message: fmt.Sprintf("the status cannot be written: %v; nothing more is done until the object changes", err)})
-		return reconcile.TerminalError(err)
+		return r.refused(upd, "the status", err)
 	}
 	return ignoreConflict(err)
 }

@@ -12,7 +12,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/expr"
@@ -218,11 +217,8 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 		}
 		upd := xa.DeepCopy()
 		upd.Status = *next.Status
-		trimmed, err := r.updateStatus(ctx, upd)
+		err := r.updateStatus(ctx, upd)
 		if err == nil {
-			if trimmed {
-				r.warnTrimmed(upd)
-			}
 			r.afterWrite(upd, next, dest.ID)
 			if next.At.IsZero() {
 				return ctrl.Result{}, nil
@@ -231,9 +227,7 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 		}
 		if errors.Is(err, errStatusRefused) {
 			// Asking again would only repeat the post-check; a person must look (the event says why).
-			r.event(xa, &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonStatusRefused,
-				Message: fmt.Sprintf("the post-check verdict %s cannot be written: %v", verdict, err)})
-			return ctrl.Result{}, reconcile.TerminalError(err)
+			return ctrl.Result{}, r.refused(xa, fmt.Sprintf("the post-check verdict %s", verdict), err)
 		}
 		if ignoreConflict(err) != nil {
 			return ctrl.Result{}, err

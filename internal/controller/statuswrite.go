@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/ledger"
@@ -24,30 +25,34 @@ var errStatusRefused = errors.New("status refused as invalid")
 
 // updateStatus writes upd's status with an Update carrying upd's resourceVersion (so a claim keeps DESIGN rule 1).
 // Every destination-supplied string is first cut to its status field's bound (boundStatus). When the API server
-// still answers Invalid, the write is retried once with those strings dropped (minimalStatus) and trimmed is
-// true; the caller reports that with warnTrimmed. An Invalid answer to that second write is errStatusRefused.
+// still answers Invalid, the write is retried once with those strings dropped (minimalStatus), and after that
+// write a Warning Event StatusTrimmed says so. An Invalid answer to the second write is errStatusRefused.
 // Other errors (Conflict, NotFound, unavailable) are returned as they are.
-func (r *ExternalActionReconciler) updateStatus(ctx context.Context, upd *actionsv1alpha1.ExternalAction) (trimmed bool, err error) {
+func (r *ExternalActionReconciler) updateStatus(ctx context.Context, upd *actionsv1alpha1.ExternalAction) error {
 	boundStatus(&upd.Status)
-	err = r.Status().Update(ctx, upd)
+	err := r.Status().Update(ctx, upd)
 	if !apierrors.IsInvalid(err) {
-		return false, err
+		return err
 	}
 	minimalStatus(&upd.Status, fmt.Sprintf("the API server refused the full status (%s); recorded without the "+
 		"destination's response body, response headers and Retry-After", invalidFields(err)))
 	if err2 := r.Status().Update(ctx, upd); err2 != nil {
 		if apierrors.IsInvalid(err2) {
-			return true, fmt.Errorf("%w (%s), also without the destination's values (%s)", errStatusRefused,
+			return fmt.Errorf("%w (%s), also without the destination's values (%s)", errStatusRefused,
 				invalidFields(err), invalidFields(err2))
 		}
-		return true, err2
+		return err2
 	}
-	return true, nil
+	r.event(upd, &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonStatusTrimmed, Message: upd.Status.LastError})
+	return nil
 }
 
-// warnTrimmed reports, after the write, that a status was recorded by minimalStatus.
-func (r *ExternalActionReconciler) warnTrimmed(xa *actionsv1alpha1.ExternalAction) {
-	r.event(xa, &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonStatusTrimmed, Message: xa.Status.LastError})
+// refused reports a status write refused even without the destination's values (errStatusRefused): a Warning
+// Event StatusRefused, and a terminal error, since retrying the same status cannot succeed.
+func (r *ExternalActionReconciler) refused(xa *actionsv1alpha1.ExternalAction, what string, err error) error {
+	r.event(xa, &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonStatusRefused,
+		Message: fmt.Sprintf("%s cannot be written: %v; nothing more is done until the object changes", what, err)})
+	return reconcile.TerminalError(err)
 }
 
 // boundStatus cuts every string a destination can supply to its field's bound in the CRD, on a UTF-8 boundary:
