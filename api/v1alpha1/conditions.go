@@ -61,6 +61,16 @@ const (
 	ReasonInsecureSkipVerifyNotAllowed = "InsecureSkipVerifyNotAllowed"
 )
 
+// Event reasons of status writes the API server refused as Invalid (docs/security.md).
+const (
+	// ReasonStatusTrimmed: the status was recorded without the destination's response body, headers and
+	// Retry-After, because the API server refused the full record.
+	ReasonStatusTrimmed = "StatusTrimmed"
+	// ReasonStatusRefused: even the trimmed status was refused; the outcome held in memory was dropped (an open
+	// claim then follows DESIGN rule 3 once it expires).
+	ReasonStatusRefused = "StatusRefused"
+)
+
 // Annotations read by the controller.
 const (
 	// AnnotationResolve carries a person's decision on an OutcomeUnknown or Exhausted action:

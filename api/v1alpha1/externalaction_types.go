@@ -170,7 +170,8 @@ type AttemptRecord struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	ErrorClass string `json:"errorClass,omitempty"`
-	// retryAfter is the Retry-After the destination asked for, as received.
+	// retryAfter is the Retry-After the destination asked for, as received, with Secret values redacted and
+	// cut to 64 bytes (MaxRetryAfterLength) on a UTF-8 boundary; the schedule uses the whole value.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	RetryAfter string `json:"retryAfter,omitempty"`
@@ -181,18 +182,39 @@ type ResponseRecord struct {
 	// statusCode is the HTTP status code.
 	StatusCode int32 `json:"statusCode"`
 	// headers are the selected response headers: Location, Content-Type, Idempotent-Replayed, Retry-After.
+	// Each value has Secret values replaced by "[REDACTED]" and is cut to 2048 bytes
+	// (MaxResponseHeaderValueLength) on a UTF-8 boundary.
 	// +optional
+	// +kubebuilder:validation:MaxProperties=8
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 2048)",message="each response header value is at most 2048 characters"
 	Headers map[string]string `json:"headers,omitempty"`
-	// body is the response body as text, capped at 4096 bytes (MaxResponseBodyBytes).
+	// body is the response body as text, Secret values replaced by "[REDACTED]", capped at 4096 bytes
+	// (MaxResponseBodyLength) on a UTF-8 boundary. It is empty, with bodyTruncated true, when the API server
+	// refused the full record (see docs/security.md).
 	// +optional
+	// +kubebuilder:validation:MaxLength=4096
 	Body string `json:"body,omitempty"`
-	// bodyTruncated is true when body was cut at the cap.
+	// bodyTruncated is true when body is not the whole body: cut at the cap, or dropped.
 	// +optional
 	BodyTruncated bool `json:"bodyTruncated,omitempty"`
-	// bodySHA256 is "sha256:" + hex of the whole body as received, always set.
+	// bodySHA256 is "sha256:" + hex of the whole body as the destination sent it (before redaction), always
+	// set, so it can be compared with the destination's own records.
 	// +optional
 	BodySHA256 string `json:"bodySHA256,omitempty"`
 }
+
+// Bounds of the destination-supplied strings kept in status, in bytes. The controller cuts each value to its
+// bound (on a UTF-8 boundary) before a status write, so a destination cannot make the write invalid.
+const (
+	// MaxRetryAfterLength bounds status.attemptHistory[].retryAfter.
+	MaxRetryAfterLength = 64
+	// MaxResponseHeaderValueLength bounds each value in status.response.headers.
+	MaxResponseHeaderValueLength = 2048
+	// MaxResponseBodyLength bounds status.response.body.
+	MaxResponseBodyLength = 4096
+	// MaxLastErrorLength bounds status.lastError.
+	MaxLastErrorLength = 1024
+)
 
 // ReplaySource says the outcome was taken from a tombstone instead of a send (DESIGN rule 7).
 type ReplaySource struct {

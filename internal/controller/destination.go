@@ -42,7 +42,7 @@ const (
 	// MaxRequestBodyBytes caps an action's serialized request body (RFC 8785 form), in bytes.
 	MaxRequestBodyBytes = 64 << 10
 	// MaxResponseBodyBytes caps the response body kept in status.response.body, in bytes.
-	MaxResponseBodyBytes = 4096
+	MaxResponseBodyBytes = actionsv1alpha1.MaxResponseBodyLength
 )
 
 // errSecretNotAllowed marks a Secret reference outside the namespace a destination may read.
@@ -127,6 +127,8 @@ type resolvedDestination struct {
 	KeyHeader    string
 	KeySupported bool
 	AuthHeader   http.Header
+	// Redactor replaces the Secret values sent in AuthHeader in whatever is stored or emitted (DESIGN rule 11).
+	Redactor     *redactor
 	TLS          *httpexec.TLSOptions
 	Policy       retry.Policy // Deadline still relative: see policyFor
 	DeadlineDur  time.Duration
@@ -190,9 +192,11 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 	}
 	sr := secretReader{reader: r.APIReader, ctx: ctx, allowed: secretNS, owner: id}
 	var err error
-	if rd.AuthHeader, err = sr.authHeader(spec.Auth); err != nil {
+	var secrets []string
+	if rd.AuthHeader, secrets, err = sr.authHeader(spec.Auth); err != nil {
 		return nil, err
 	}
+	rd.Redactor = newRedactor(secrets...)
 	if rd.TLS, err = sr.tlsOptions(spec.TLS); err != nil {
 		return nil, err
 	}
@@ -356,38 +360,76 @@ func (s secretReader) key(sel *actionsv1alpha1.SecretKeySelector) ([]byte, error
 	return v, nil
 }
 
-func (s secretReader) authHeader(a *actionsv1alpha1.AuthConfig) (http.Header, error) {
+// authHeader builds the auth headers and returns, with them, every Secret-derived value they carry (raw and
+// trimmed Secret values, encoded forms and whole header values) for redaction. A value shorter than
+// MinSecretLength is refused (errShortSecret): it could not be redacted safely.
+func (s secretReader) authHeader(a *actionsv1alpha1.AuthConfig) (http.Header, []string, error) {
 	h := http.Header{}
 	if a == nil {
-		return h, nil
+		return h, nil, nil
 	}
+	var secrets []string
 	if a.BearerToken != nil {
 		v, err := s.key(a.BearerToken)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		h.Set("Authorization", "Bearer "+strings.TrimSpace(string(v)))
+		t := strings.TrimSpace(string(v))
+		if err := s.long(t, a.BearerToken.Name, a.BearerToken.Key); err != nil {
+			return nil, nil, err
+		}
+		h.Set("Authorization", "Bearer "+t)
+		secrets = append(secrets, string(v), t, h.Get("Authorization"))
 	}
 	if a.Basic != nil {
 		sec, err := s.secret(a.Basic.Name, a.Basic.Namespace)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		u, p := sec.Data[corev1.BasicAuthUsernameKey], sec.Data[corev1.BasicAuthPasswordKey]
 		if u == nil || p == nil {
-			return nil, fmt.Errorf("secret %s/%s needs keys %q and %q for basic auth (%s)", s.allowed, a.Basic.Name,
+			return nil, nil, fmt.Errorf("secret %s/%s needs keys %q and %q for basic auth (%s)", s.allowed, a.Basic.Name,
 				corev1.BasicAuthUsernameKey, corev1.BasicAuthPasswordKey, s.owner)
 		}
-		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(string(u)+":"+string(p))))
+		// An empty password is allowed (some APIs send the key as the username); a short one is not.
+		if len(p) > 0 {
+			if err := s.long(string(p), a.Basic.Name, corev1.BasicAuthPasswordKey); err != nil {
+				return nil, nil, err
+			}
+		}
+		pair := string(u) + ":" + string(p)
+		enc := base64.StdEncoding.EncodeToString([]byte(pair))
+		h.Set("Authorization", "Basic "+enc)
+		// A username shorter than MinSecretLength is not redacted (newRedactor ignores it): it is an identity.
+		secrets = append(secrets, "Basic "+enc, enc, pair, string(p), string(u))
 	}
 	for _, hs := range a.Headers {
 		v, err := s.key(&hs.ValueFrom)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		h.Set(hs.Name, strings.TrimSpace(string(v)))
+		t := strings.TrimSpace(string(v))
+		if err := s.long(t, hs.ValueFrom.Name, hs.ValueFrom.Key); err != nil {
+			return nil, nil, err
+		}
+		h.Set(hs.Name, t)
+		secrets = append(secrets, string(v), t)
 	}
-	return h, nil
+	return h, secrets, nil
+}
+
+// errShortSecret marks a Secret value too short to be redacted safely (MinSecretLength).
+var errShortSecret = errors.New("secret value too short")
+
+// long refuses a Secret value shorter than MinSecretLength; the message names the key, never the value.
+func (s secretReader) long(v, name, key string) error {
+	if len(v) >= MinSecretLength {
+		return nil
+	}
+	return fmt.Errorf("%w: key %q of Secret %s/%s (needed by %s) holds %d bytes; a value sent as a credential needs at "+
+		"least %d bytes, because shorter ones cannot be redacted from responses safely. Use a longer credential, or put "+
+		"a header that is not secret in the action's spec.request.headers", errShortSecret, key, s.allowed, name, s.owner,
+		len(v), MinSecretLength)
 }
 
 func (s secretReader) tlsOptions(t *actionsv1alpha1.TLSConfig) (*httpexec.TLSOptions, error) {

@@ -175,7 +175,7 @@ func (r *DestinationReconciler) validateRest(ctx context.Context, spec *actionsv
 		}
 	}
 	sr := secretReader{reader: r.APIReader, ctx: ctx, allowed: secretNS, owner: owner}
-	if _, err := sr.authHeader(spec.Auth); err != nil {
+	if _, _, err := sr.authHeader(spec.Auth); err != nil {
 		return err
 	}
 	if _, err := sr.tlsOptions(spec.TLS); err != nil {

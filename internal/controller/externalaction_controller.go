@@ -21,6 +21,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -108,12 +109,16 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 
 	xa := &actionsv1alpha1.ExternalAction{}
 	if err := r.Get(ctx, req.NamespacedName, xa); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.pending.Delete(req.NamespacedName) // the object is gone: there is nothing left to record on
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	logger := log.FromContext(ctx).WithValues("externalaction", klog.KObj(xa))
 	ctx = log.IntoContext(ctx, logger)
 
 	// DESIGN rule 2: an outcome we hold but could not write comes first; nothing else is decided before it.
+	// record itself finalizes an object being deleted when the outcome cannot be written (DESIGN rule 8).
 	if v, ok := r.pending.Load(req.NamespacedName); ok {
 		p := v.(*pendingOutcome)
 		return r.record(ctx, xa, p.attempt, p.outcome, p.env)
@@ -217,11 +222,14 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 
 	claimed := xa.DeepCopy()
 	claimed.Status = *step.Status
-	if err := r.Status().Update(ctx, claimed); err != nil {
+	if err := r.updateStatus(ctx, claimed); err != nil {
 		// A Conflict means the decision was based on a stale copy (C01) or another holder moved first: send nothing.
 		if apierrors.IsConflict(err) {
 			logger.V(1).Info("claim lost to a newer version; nothing sent", "attempt", attempt)
 			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		}
+		if errors.Is(err, errStatusRefused) {
+			return ctrl.Result{}, r.refused(claimed, fmt.Sprintf("the claim of attempt %d", attempt), err)
 		}
 		return ctrl.Result{}, fmt.Errorf("writing the claim of attempt %d: %w", attempt, err)
 	}
@@ -259,11 +267,15 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 }
 
 // record writes the outcome of attempt (DESIGN rule 2): re-reading on conflict, retrying the write, and keeping
-// the outcome in memory when the API server is unavailable. It never sends.
+// the outcome in memory when the API server is unavailable. It never sends. An outcome the API server refuses as
+// Invalid is written without the destination's values (updateStatus); if even that is refused it is dropped
+// with a Warning Event rather than retried forever. An object being deleted is finalized with the outcome in
+// memory when it cannot be written, so its tombstone carries it (DESIGN rules 2 and 8).
 func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alpha1.ExternalAction, attempt int32,
 	outcome ledger.Outcome, env ledger.Env) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	nn := types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}
+	park := func() { r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env}) }
 	backoff := 50 * time.Millisecond
 	for try := 0; ; try++ {
 		step, ok := ledger.Record(&cur.Status, attempt, outcome, env)
@@ -274,7 +286,7 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 		}
 		upd := cur.DeepCopy()
 		upd.Status = *step.Status
-		err := r.Status().Update(ctx, upd)
+		err := r.updateStatus(ctx, upd)
 		if err == nil {
 			r.pending.Delete(nn)
 			r.afterWrite(upd, step, destinationID(upd))
@@ -284,14 +296,33 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 			r.pending.Delete(nn)
 			return ctrl.Result{}, nil
 		}
+		if errors.Is(err, errStatusRefused) {
+			logger.Error(err, "the outcome cannot be recorded; dropping it from memory", "attempt", attempt, "result", outcome.Class)
+			r.event(cur, &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonStatusRefused, Message: fmt.Sprintf(
+				"the outcome of attempt %d (%s) cannot be recorded: %v. The open claim is settled by the rules for an "+
+					"uncertain attempt once it expires", attempt, outcome.Class, err)})
+			if !cur.DeletionTimestamp.IsZero() {
+				park()
+				return r.finalizeWithOutcome(ctx, upd)
+			}
+			r.pending.Delete(nn)
+			if c := cur.Status.Claim; c != nil {
+				return requeueAt(c.ExpiresAt.Time, r.Clock.Now()), nil
+			}
+			return ctrl.Result{}, nil
+		}
 		if !apierrors.IsConflict(err) {
-			if try >= 8 {
-				r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env})
+			if try >= 8 || (!cur.DeletionTimestamp.IsZero() && try >= 2) {
+				park()
+				if !cur.DeletionTimestamp.IsZero() {
+					logger.Info("deleting: the outcome could not be written; finalizing with it", "attempt", attempt, "error", err.Error())
+					return r.finalizeWithOutcome(ctx, upd)
+				}
 				return ctrl.Result{}, fmt.Errorf("recording the outcome of attempt %d (kept in memory, will retry the write): %w", attempt, err)
 			}
 			select {
 			case <-ctx.Done():
-				r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env})
+				park()
 				return ctrl.Result{}, ctx.Err()
 			case <-time.After(backoff):
 			}
@@ -303,11 +334,22 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 				r.pending.Delete(nn)
 				return ctrl.Result{}, nil
 			}
-			r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env})
+			park()
 			return ctrl.Result{}, fmt.Errorf("re-reading after a failed outcome write (kept in memory): %w", gerr)
 		}
 		cur = fresh
 	}
+}
+
+// finalizeWithOutcome finalizes an object being deleted whose outcome, held in memory, could not be written:
+// xa carries that outcome in its (unwritten) status, so the tombstone records it. The outcome stays parked
+// until the finalizer is gone, so a failed attempt at it is retried with the same record.
+func (r *ExternalActionReconciler) finalizeWithOutcome(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
+	res, err := r.finalize(ctx, xa)
+	if err == nil && res.IsZero() {
+		r.pending.Delete(types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name})
+	}
+	return res, err
 }
 
 // reconcileTerminal handles decisions by people and garbage collection of finished actions.
@@ -366,14 +408,24 @@ func (r *ExternalActionReconciler) apply(ctx context.Context, xa *actionsv1alpha
 	if step.Status != nil {
 		upd := xa.DeepCopy()
 		upd.Status = *step.Status
-		if err := r.Status().Update(ctx, upd); err != nil {
-			return ctrl.Result{}, ignoreConflict(err)
+		if err := r.writeStep(ctx, upd); err != nil {
+			return ctrl.Result{}, err
 		}
 		r.afterWrite(upd, step, destID)
 	} else if step.Event != nil {
 		r.event(xa, step.Event)
 	}
 	return requeueAt(step.At, r.Clock.Now()), nil
+}
+
+// writeStep writes a decided status (not an outcome) with updateStatus. A Conflict or NotFound is nil (the
+// next reconcile decides again); a refused write is a Warning Event and a terminal error.
+func (r *ExternalActionReconciler) writeStep(ctx context.Context, upd *actionsv1alpha1.ExternalAction) error {
+	err := r.updateStatus(ctx, upd)
+	if errors.Is(err, errStatusRefused) {
+		return r.refused(upd, "the status", err)
+	}
+	return ignoreConflict(err)
 }
 
 // requeueAt requeues at t (from the schedule stored in status); zero t means no requeue.
@@ -404,7 +456,8 @@ func (r *ExternalActionReconciler) event(xa *actionsv1alpha1.ExternalAction, e *
 	if e.Warning {
 		t = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(xa, nil, t, e.Reason, "Reconcile", "%s", e.Message)
+	// The API server refuses a longer note: the event would be lost.
+	r.Recorder.Eventf(xa, nil, t, e.Reason, "Reconcile", "%s", cutUTF8(e.Message, maxEventNoteLength))
 }
 
 // destinationRecheck is how often an action waiting on its destination looks again without a watch event.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -72,26 +73,35 @@ func (r *ExternalActionReconciler) send(ctx context.Context, xa *actionsv1alpha1
 	res := r.Executor.Execute(ctx, httpexec.Request{
 		Method: method(xa), URL: target, Header: h, Body: body,
 		Timeout: timeout, TLS: dest.TLS,
-	}, MaxResponseBodyBytes)
-	return r.classify(xa, res, env)
+	}, keepBytes(dest.Redactor))
+	return r.classify(xa, res, env, dest.Redactor)
 }
 
-func (r *ExternalActionReconciler) classify(xa *actionsv1alpha1.ExternalAction, res httpexec.Result, env ledger.Env) ledger.Outcome {
+// keepBytes is how much of a response body the executor keeps: the status cap plus the longest Secret value,
+// so that a value straddling the cap is seen whole and redacted (redactor.Body).
+func keepBytes(red *redactor) int {
+	return MaxResponseBodyBytes + red.longest()
+}
+
+// classify turns an attempt's result into an outcome. Every destination-supplied string in it (error text,
+// Retry-After, the kept response) has the destination's Secret values redacted; the retry decision and
+// successWhen see the response as received.
+func (r *ExternalActionReconciler) classify(xa *actionsv1alpha1.ExternalAction, res httpexec.Result, env ledger.Env, red *redactor) ledger.Outcome {
 	o := ledger.Outcome{FinishedAt: r.Clock.Now()}
 	obs := retry.Observation{Err: res.Err, Written: res.Written}
 	if res.Err != nil {
 		o.ErrorClass = string(res.ErrorClass)
-		o.Error = res.Err.Error()
+		o.Error = red.String(res.Err.Error())
 	}
 	if resp := res.Response; resp != nil {
 		o.StatusCode = resp.StatusCode
-		o.RetryAfter = resp.Header.Get("Retry-After")
-		o.Response = responseRecord(resp)
+		o.RetryAfter = red.String(resp.Header.Get("Retry-After"))
+		o.Response = responseRecord(resp, red)
 		obs.StatusCode = resp.StatusCode
 		obs.Header = resp.Header
 		ok, err := r.succeeded(xa, resp)
 		if err != nil {
-			o.Error = "spec.successWhen: " + err.Error()
+			o.Error = red.String("spec.successWhen: " + err.Error())
 		}
 		obs.Succeeded = ok
 	}
@@ -107,14 +117,28 @@ func (r *ExternalActionReconciler) succeeded(xa *actionsv1alpha1.ExternalAction,
 	if err != nil {
 		return false, err
 	}
-	return p.Eval(expr.Response{StatusCode: resp.StatusCode, Header: resp.Header, Body: resp.Body})
+	return p.Eval(exprResponse(resp))
 }
 
-func responseRecord(resp *httpexec.Response) *actionsv1alpha1.ResponseRecord {
+// exprResponse is the response as CEL sees it (successWhen, post-check): as received, not redacted, with the
+// body cut at MaxResponseBodyBytes whatever the executor kept beyond it for redaction.
+func exprResponse(resp *httpexec.Response) expr.Response {
+	body := resp.Body
+	if len(body) > MaxResponseBodyBytes {
+		body = body[:MaxResponseBodyBytes]
+	}
+	return expr.Response{StatusCode: resp.StatusCode, Header: resp.Header, Body: body}
+}
+
+// responseRecord is the response as status keeps it: Secret values redacted from the body (before it is cut
+// to MaxResponseBodyBytes, so a value at the cut leaves nothing behind) and from the selected headers, each
+// cut to its bound on a UTF-8 boundary. bodySHA256 stays the hash of the body as the destination sent it.
+func responseRecord(resp *httpexec.Response, red *redactor) *actionsv1alpha1.ResponseRecord {
+	body, truncated := red.Body(resp.Body, MaxResponseBodyBytes, resp.BodyTruncated)
 	rec := &actionsv1alpha1.ResponseRecord{
 		StatusCode:    int32(resp.StatusCode), //nolint:gosec // G115: HTTP status codes are three digits
-		Body:          string(resp.Body),
-		BodyTruncated: resp.BodyTruncated,
+		Body:          body,
+		BodyTruncated: truncated,
 		BodySHA256:    resp.BodySHA256,
 	}
 	for _, name := range selectedHeaders {
@@ -122,7 +146,7 @@ func responseRecord(resp *httpexec.Response) *actionsv1alpha1.ResponseRecord {
 			if rec.Headers == nil {
 				rec.Headers = map[string]string{}
 			}
-			rec.Headers[name] = v
+			rec.Headers[name] = cutUTF8(red.String(v), actionsv1alpha1.MaxResponseHeaderValueLength)
 		}
 	}
 	return rec
@@ -134,8 +158,8 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 	if step.Status != nil {
 		upd := xa.DeepCopy()
 		upd.Status = *step.Status
-		if err := r.Status().Update(ctx, upd); err != nil {
-			return ctrl.Result{}, ignoreConflict(err)
+		if err := r.writeStep(ctx, upd); err != nil {
+			return ctrl.Result{}, err
 		}
 		r.afterWrite(upd, step, dest.ID)
 		xa = upd
@@ -166,13 +190,13 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 		if m == "" {
 			m = http.MethodGet
 		}
-		res = r.Executor.Execute(ctx, httpexec.Request{Method: m, URL: target, Header: h, Timeout: dest.Timeout, TLS: dest.TLS}, MaxResponseBodyBytes)
+		res = r.Executor.Execute(ctx, httpexec.Request{Method: m, URL: target, Header: h, Timeout: dest.Timeout, TLS: dest.TLS}, keepBytes(dest.Redactor))
 	}
 	verdict := ledger.VerdictInconclusive
 	var rec *actionsv1alpha1.ResponseRecord
 	if joinErr == nil && res.Err == nil && res.Response != nil {
-		rec = responseRecord(res.Response)
-		in := expr.Response{StatusCode: res.Response.StatusCode, Header: res.Response.Header, Body: res.Response.Body}
+		rec = responseRecord(res.Response, dest.Redactor)
+		in := exprResponse(res.Response)
 		if p, err := r.Exprs.Get(rc.Applied); err == nil {
 			if ok, _ := p.Eval(in); ok {
 				verdict = ledger.VerdictApplied
@@ -195,13 +219,17 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 		}
 		upd := xa.DeepCopy()
 		upd.Status = *next.Status
-		err := r.Status().Update(ctx, upd)
+		err := r.updateStatus(ctx, upd)
 		if err == nil {
 			r.afterWrite(upd, next, dest.ID)
 			if next.At.IsZero() {
 				return ctrl.Result{}, nil
 			}
 			return ctrl.Result{RequeueAfter: max(next.At.Sub(r.Clock.Now()), time.Millisecond)}, nil
+		}
+		if errors.Is(err, errStatusRefused) {
+			// Asking again would only repeat the post-check; a person must look (the event says why).
+			return ctrl.Result{}, r.refused(xa, fmt.Sprintf("the post-check verdict %s", verdict), err)
 		}
 		if ignoreConflict(err) != nil {
 			return ctrl.Result{}, err

@@ -144,7 +144,11 @@ func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1al
 	patch := client.MergeFromWithOptions(xa.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(xa, actionsv1alpha1.Finalizer)
 	if err := r.Patch(ctx, xa, patch); err != nil {
-		return ctrl.Result{}, ignoreConflict(err)
+		if apierrors.IsConflict(err) {
+			// Not finalized yet: look again (an outcome parked in memory waits for this, finalizeWithOutcome).
+			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	return ctrl.Result{}, nil
 }

@@ -1,0 +1,162 @@
+package controller
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Redacted replaces every Secret value found in what the controller stores or emits (DESIGN rule 11).
+const Redacted = "[REDACTED]"
+
+// MinSecretLength is the shortest Secret value a destination may send, in bytes (after trimming spaces). A
+// shorter value could not be redacted without shredding ordinary text ("42" would be replaced in every
+// body), so such a value is refused and the destination is not used (see docs/security.md). A Basic
+// username is the exception: it is redacted when it has at least MinSecretLength bytes and accepted, not
+// redacted, when shorter.
+const MinSecretLength = 4
+
+// redactor replaces the Secret values of one destination with Redacted. It is pure and safe for concurrent
+// use; the zero value (and nil) redacts nothing.
+type redactor struct {
+	// values are distinct, at least MinSecretLength bytes long, longest first.
+	values []string
+}
+
+// newRedactor returns a redactor for values; values shorter than MinSecretLength are ignored (the caller
+// refuses those it must not send) and duplicates are dropped.
+func newRedactor(values ...string) *redactor {
+	var vs []string
+	for _, v := range values {
+		if len(v) >= MinSecretLength && !slices.Contains(vs, v) {
+			vs = append(vs, v)
+		}
+	}
+	slices.SortStableFunc(vs, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	return &redactor{values: vs}
+}
+
+// longest is the length of the longest value, in bytes (0 without values).
+func (r *redactor) longest() int {
+	if r == nil || len(r.values) == 0 {
+		return 0
+	}
+	return len(r.values[0])
+}
+
+// String returns s with every occurrence of every value replaced by Redacted. Overlapping or adjacent
+// occurrences (of one value or of several) become one Redacted, so no fragment of either is left.
+func (r *redactor) String(s string) string {
+	out, _ := r.cut(s, -1, false)
+	return out
+}
+
+// Body returns at most limit bytes of body with every value replaced by Redacted, cut on a UTF-8 boundary,
+// and whether the result is not the whole body. more says that body is itself a prefix of a longer body
+// (the executor stopped reading): a value may then straddle the end, so the caller should pass at least
+// limit+longest() bytes when it has them, and any tail of the result that is a prefix of a value is
+// dropped, so a value cut at the boundary leaves no part of itself behind.
+func (r *redactor) Body(body []byte, limit int, more bool) (string, bool) {
+	return r.cut(string(body), limit, more)
+}
+
+// cut redacts s, then cuts the result to limit bytes (limit < 0: no cut).
+func (r *redactor) cut(s string, limit int, more bool) (string, bool) {
+	truncated := more
+	if r != nil && len(r.values) > 0 {
+		s = replaceSpans(s, r.spans(s))
+	}
+	if limit >= 0 && len(s) > limit {
+		s, truncated = cutUTF8(s, limit), true
+	}
+	if truncated && r != nil {
+		s = r.dropPartialTail(s, limit)
+	}
+	return s, truncated
+}
+
+type span struct{ start, end int }
+
+// spans are the merged byte ranges of s covered by an occurrence of any value, in order.
+func (r *redactor) spans(s string) []span {
+	var all []span
+	for _, v := range r.values {
+		for i := 0; i+len(v) <= len(s); {
+			j := strings.Index(s[i:], v)
+			if j < 0 {
+				break
+			}
+			all = append(all, span{i + j, i + j + len(v)})
+			i += j + 1
+		}
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	slices.SortFunc(all, func(a, b span) int { return cmp.Compare(a.start, b.start) })
+	merged := all[:1]
+	for _, sp := range all[1:] {
+		last := &merged[len(merged)-1]
+		if sp.start <= last.end {
+			last.end = max(last.end, sp.end)
+			continue
+		}
+		merged = append(merged, sp)
+	}
+	return merged
+}
+
+func replaceSpans(s string, spans []span) string {
+	if len(spans) == 0 {
+		return s
+	}
+	var b strings.Builder
+	pos := 0
+	for _, sp := range spans {
+		b.WriteString(s[pos:sp.start])
+		b.WriteString(Redacted)
+		pos = sp.end
+	}
+	b.WriteString(s[pos:])
+	return b.String()
+}
+
+// dropPartialTail removes the longest tail of s that is a proper prefix of a value (a value cut at the end).
+// A tail of MinSecretLength bytes or more is replaced by Redacted when that fits in limit (limit < 0: no
+// bound); otherwise, and for a shorter tail, it is dropped silently.
+func (r *redactor) dropPartialTail(s string, limit int) string {
+	cutAt := len(s)
+	for _, v := range r.values {
+		for k := min(len(v)-1, len(s)); k > 0; k-- {
+			if strings.HasSuffix(s, v[:k]) {
+				cutAt = min(cutAt, len(s)-k)
+				break
+			}
+		}
+	}
+	if cutAt == len(s) {
+		return s
+	}
+	if len(s)-cutAt >= MinSecretLength && (limit < 0 || cutAt+len(Redacted) <= limit) {
+		return s[:cutAt] + Redacted
+	}
+	return s[:cutAt]
+}
+
+// cutUTF8 returns at most n bytes of s, cut so that no UTF-8 sequence is split (stepping back at most
+// utf8.UTFMax-1 bytes; text that is not UTF-8 is cut at n).
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	if n <= 0 {
+		return ""
+	}
+	for i := n; i > n-utf8.UTFMax && i > 0; i-- {
+		if utf8.RuneStart(s[i]) {
+			return s[:i]
+		}
+	}
+	return s[:n]
+}
