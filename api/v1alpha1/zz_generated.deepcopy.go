@@ -31,7 +31,7 @@ func (in *ActionRequest) DeepCopyInto(out *ActionRequest) {
 	*out = *in
 	if in.Headers != nil {
 		in, out := &in.Headers, &out.Headers
-		*out = make(map[string]string, len(*in))
+		*out = make(map[string]HeaderValue, len(*in))
 		for key, val := range *in {
 			(*out)[key] = val
 		}
