@@ -433,7 +433,7 @@ type DestinationList struct {
 // Its Secrets are read only from the controller's namespace. Every namespace may send to it, so its
 // idempotency.keyFormat must contain {namespace}: otherwise two tenants' actions of the same name would send the
 // same key to a deduplicating destination, and the second would get the first one's outcome.
-// +kubebuilder:validation:XValidation:rule="!has(self.spec.idempotency) || !has(self.spec.idempotency.keyFormat) || self.spec.idempotency.keyFormat == '' || self.spec.idempotency.keyFormat.contains('{namespace}')",message="spec.idempotency.keyFormat of a ClusterDestination must contain {namespace} (for example {namespace}/{name}): every namespace may use it, and without the namespace two tenants' actions of the same name send the same key"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.idempotency) || !has(self.spec.idempotency.keyFormat) || self.spec.idempotency.keyFormat.size() == 0 || self.spec.idempotency.keyFormat.contains('{namespace}')",message="spec.idempotency.keyFormat of a ClusterDestination must contain {namespace} (for example {namespace}/{name}): every namespace may use it, and without the namespace two tenants' actions of the same name send the same key"
 type ClusterDestination struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
