@@ -257,6 +257,7 @@ func TestDurationBounds(t *testing.T) {
 			{"-1s", refused},
 			{"1d", refused},
 			{"soon", refused},
+			{"99999999999999999999s", refused}, // overflows time.Duration
 			{"1.5s", ""},
 			{"1500ms", ""},
 			{"1m30s", ""},
