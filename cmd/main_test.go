@@ -61,7 +61,7 @@ func TestFingerprintMatchesController(t *testing.T) {
 	stored := &actionsv1alpha1.ExternalActionSpec{
 		DestinationRef: actionsv1alpha1.DestinationReference{Kind: "Destination", Name: "payments"},
 		Request: actionsv1alpha1.ActionRequest{
-			Method: "POST", Path: "/charges", Headers: map[string]string{"X-Tenant": "shop"},
+			Method: "POST", Path: "/charges", Headers: map[string]actionsv1alpha1.HeaderValue{"X-Tenant": "shop"},
 			Body: &apiextensionsv1.JSON{Raw: []byte(`{"amount":100,"currency":"EUR","items":[{"qty":1,"sku":"a"}]}`)},
 		},
 		SuccessWhen: "response.statusCode == 201",

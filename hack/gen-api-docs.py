@@ -45,12 +45,15 @@ def walk(schema, path, required, rows):
             notes.append(f"default `{yaml.safe_dump(s['default'], default_flow_style=True).strip().removesuffix('...').strip()}`")
         if "enum" in s:
             notes.append("one of " + ", ".join(f"`{e}`" for e in s["enum"]))
-        for k, label in (("minimum", "min"), ("maximum", "max"), ("maxLength", "max length"), ("maxItems", "max items")):
+        for k, label in (("minimum", "min"), ("maximum", "max"), ("maxLength", "max length"), ("maxItems", "max items"),
+                         ("maxProperties", "max entries")):
             if k in s:
                 notes.append(f"{label} {s[k]}")
         for rule in s.get("x-kubernetes-validations", []):
             if rule.get("rule") == "self == oldSelf":
                 notes.append("immutable")
+            elif rule.get("message"):
+                notes.append("refused: " + rule["message"])
         rows.append((p, typ(s), cell(s.get("description", "")), "; ".join(notes)))
         child = s.get("items", s) if s.get("type") == "array" else s
         if child.get("properties") and not p.endswith("conditions"):
@@ -90,6 +93,9 @@ def main():
         cols = ver.get("additionalPrinterColumns", [])
         if cols:
             out.append("`kubectl get` columns: " + ", ".join(f"{c['name']} (`{c['jsonPath']}`)" for c in cols) + ".")
+            out.append("")
+        for rule in schema.get("x-kubernetes-validations", []):
+            out.append(f"Validation on the object: {cell(rule.get('message', rule['rule']))}")
             out.append("")
         for rule in schema.get("properties", {}).get("spec", {}).get("x-kubernetes-validations", []):
             out.append(f"Validation on `spec`: {cell(rule.get('message', rule['rule']))}")

@@ -108,11 +108,13 @@ type TLSConfig struct {
 
 // HeaderFromSecret is one request header whose value comes from a Secret.
 type HeaderFromSecret struct {
-	// name is the HTTP header name, for example X-Api-Key.
+	// name is the HTTP header name, for example X-Api-Key: an RFC 9110 token (section 5.6.2), not a hop-by-hop
+	// or framing header.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
-	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	// +kubebuilder:validation:Pattern="^[-0-9A-Za-z!#$%&'*+.^_`|~]+$"
+	// +kubebuilder:validation:XValidation:rule=`!(self.lowerAscii() in ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect', 'content-length', 'host']) && !self.lowerAscii().startsWith('proxy-')`,message="an auth header name may not be a hop-by-hop or framing header (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host): the HTTP client sets those; choose another header name"
 	Name string `json:"name"`
 
 	// valueFrom is the Secret key that holds the header value.
@@ -141,11 +143,13 @@ type AuthConfig struct {
 // IdempotencyConfig says how the idempotency key is sent and whether the destination honours it.
 type IdempotencyConfig struct {
 	// header is the request header that carries the idempotency key (IETF draft
-	// "The Idempotency-Key HTTP Header Field"). Defaults to Idempotency-Key.
+	// "The Idempotency-Key HTTP Header Field"). Defaults to Idempotency-Key. An RFC 9110 token (section 5.6.2),
+	// not a hop-by-hop or framing header.
 	// +optional
 	// +kubebuilder:default=Idempotency-Key
 	// +kubebuilder:validation:MaxLength=256
-	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	// +kubebuilder:validation:Pattern="^[-0-9A-Za-z!#$%&'*+.^_`|~]+$"
+	// +kubebuilder:validation:XValidation:rule=`!(self.lowerAscii() in ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect', 'content-length', 'host']) && !self.lowerAscii().startsWith('proxy-')`,message="idempotency.header may not be a hop-by-hop or framing header (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host): the HTTP client sets those; choose another header name"
 	Header string `json:"header,omitempty"`
 
 	// supported states that the destination itself deduplicates on the key, so that re-sending after an
@@ -155,7 +159,7 @@ type IdempotencyConfig struct {
 
 	// keyFormat is the key sent downstream. {namespace} and {name} are replaced by the ExternalAction's
 	// namespace and name. Defaults to "{namespace}/{name}". It never contains the object's UID, so a
-	// re-created object presents the same key.
+	// re-created object presents the same key. On a ClusterDestination it must contain {namespace}.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	KeyFormat string `json:"keyFormat,omitempty"`
@@ -171,12 +175,15 @@ type ReconciliationCheck struct {
 	// +kubebuilder:validation:Enum=GET;HEAD
 	Method string `json:"method,omitempty"`
 
-	// path is appended to the destination URL. {key}, {namespace} and {name} are replaced, URL-escaped. It must
-	// stay under the URL's path like an action's path (an escaped "/" from {key} is accepted); a post-check
-	// whose filled-in path does not is not sent and counts as inconclusive.
+	// path is appended to the destination URL. {key}, {namespace} and {name} are replaced, URL-escaped.
+	// Before the query ('?') it may not contain '.' or '..' segments (also as %2e), %2F, %5C or a backslash,
+	// so that it stays under the destination's base path.
+	// A post-check whose filled-in path leaves the base path anyway is not sent and counts as inconclusive.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([^?#]*/)?(\\.|%2[eE]){1,2}([/?#]|$)')`,message="reconciliation.path may not contain a '.' or '..' segment, literal or percent-encoded (%2e): it would leave the destination's base URL; remove the dot segments"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[^?#]*(%2[fF]|%5[cC]|\\\\)')`,message="reconciliation.path may not contain an encoded slash (%2F), a backslash or an encoded backslash (%5C) before the query: a server that decodes them sees another path; use plain '/' between segments"
 	Path string `json:"path"`
 
 	// applied is a CEL expression; true means the action's effect is proven applied (-> Succeeded).
@@ -210,12 +217,19 @@ type RetryPolicy struct {
 	// +kubebuilder:validation:Maximum=1000
 	MaxAttempts *int32 `json:"maxAttempts,omitempty"`
 
-	// initialBackoff is the delay after the first failed attempt (a Go duration such as "1s"). Default 1s.
+	// initialBackoff is the delay after the first failed attempt (a Go duration such as "1s"). Default 1s;
+	// at most 24h (MaxBackoff).
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) <= duration('24h')`,message="initialBackoff must be a Go duration from 0s to 24h (MaxBackoff), such as 1s"
 	InitialBackoff *metav1.Duration `json:"initialBackoff,omitempty"`
 
-	// maxBackoff caps the exponential backoff before jitter. Default 5m.
+	// maxBackoff caps the exponential backoff before jitter. Default 5m; at most 24h (MaxBackoff).
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) <= duration('24h')`,message="maxBackoff must be a Go duration from 0s to 24h (MaxBackoff), such as 5m"
 	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
 
 	// backoffMultiplier is the growth factor between consecutive delays, a decimal string >= 1 such as "2" or "1.5". Default "2".
@@ -228,9 +242,12 @@ type RetryPolicy struct {
 	// +optional
 	Jitter JitterMode `json:"jitter,omitempty"`
 
-	// deadline is the overall time budget measured from the ExternalAction's creation. Default 1h.
-	// A retry that would start after it ends the action Exhausted at once.
+	// deadline is the overall time budget measured from the ExternalAction's creation. Default 1h; greater than
+	// 0s and at most 720h, 30 days (MaxDeadline). A retry that would start after it ends the action Exhausted at once.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) > duration('0s') && duration(self) <= duration('720h')`,message="deadline must be a Go duration greater than 0s and at most 720h (MaxDeadline), such as 1h"
 	Deadline *metav1.Duration `json:"deadline,omitempty"`
 
 	// retryOnStatus lists the response codes that are retried. Default 408, 425, 429, 500, 502, 503, 504.
@@ -272,40 +289,57 @@ type RetryBudget struct {
 	// +kubebuilder:validation:Maximum=100000
 	MinRetriesPerSecond *int32 `json:"minRetriesPerSecond,omitempty"`
 
-	// window is the sliding window over which first attempts are counted. Default 10s.
+	// window is the sliding window over which first attempts are counted. Default 10s; greater than 0s and at
+	// most 1h (MaxRetryBudgetWindow).
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) > duration('0s') && duration(self) <= duration('1h')`,message="window must be a Go duration greater than 0s and at most 1h (MaxRetryBudgetWindow), such as 10s"
 	Window *metav1.Duration `json:"window,omitempty"`
 }
 
 // Retention says how long finished actions and their tombstones are kept (DESIGN rule 7).
 type Retention struct {
-	// ttlAfterFinished is how long a finished ExternalAction object is kept after completedAt. Default 24h.
-	// OutcomeUnknown actions are never collected before a person decides.
+	// ttlAfterFinished is how long a finished ExternalAction object is kept after completedAt. Default 24h; at
+	// most 2160h, 90 days (MaxTTLAfterFinished). OutcomeUnknown actions are never collected before a person decides.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) <= duration('2160h')`,message="ttlAfterFinished must be a Go duration from 0s to 2160h (MaxTTLAfterFinished), such as 24h"
 	TTLAfterFinished *metav1.Duration `json:"ttlAfterFinished,omitempty"`
 
 	// tombstoneTTL is how long the key stays bound to its fingerprint and outcome after the object is gone
-	// (the replay horizon). Default 720h (30 days). After it the same name is a new action.
+	// (the replay horizon). Default 720h (30 days); at most 9600h, 400 days (MaxTombstoneTTL). After it the same
+	// name is a new action.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) <= duration('9600h')`,message="tombstoneTTL must be a Go duration from 0s to 9600h (MaxTombstoneTTL), such as 720h"
 	TombstoneTTL *metav1.Duration `json:"tombstoneTTL,omitempty"`
 }
 
 // DestinationSpec is an endpoint catalog entry: where actions are sent and under which rules.
 // +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.caBundle) || self.url.startsWith('https://')",message="tls.caBundle needs an https:// url"
 type DestinationSpec struct {
-	// url is the base URL (http or https, without query or fragment); each action's request.path is appended
-	// to it and must stay under its path, segment by segment: a "." or ".." segment in any encoding, an encoded
-	// "/" or a backslash is refused (reason PathOutsideBase) and nothing is sent.
+	// url is the base URL (http or https); each action's request.path is appended to it. Its path may not
+	// contain '.' or '..' segments (also as %2e), a backslash or %5C: the base path is the boundary that request
+	// paths stay under.
+	// The controller checks the joined, normalized URL again before each send (reason PathOutsideBase).
 	// +required
 	// +kubebuilder:validation:MinLength=8
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[^:/?#]+://[^/?#]*/([^?#]*/)?(\\.|%2[eE]){1,2}([/?#]|$)')`,message="url may not contain a '.' or '..' path segment, literal or percent-encoded (%2e): write the base path without dot segments"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[^?#]*(\\\\|%5[cC])')`,message="url may not contain a backslash or an encoded backslash (%5C) before the query; use '/' between segments"
 	URL string `json:"url"`
 
-	// timeout is the per-attempt timeout (a Go duration). Default 30s. A send still running after it is an
-	// uncertain outcome, never a failure.
+	// timeout is the per-attempt timeout (a Go duration). Default 30s; greater than 0s and at most 10m
+	// (MaxTimeout). A send still running after it is an uncertain outcome, never a failure.
 	// +optional
 	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) > duration('0s') && duration(self) <= duration('10m')`,message="timeout must be a Go duration greater than 0s and at most 10m (MaxTimeout), such as 30s"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// tls configures certificate verification and client certificates.
@@ -414,7 +448,10 @@ type ClusterDestinationSpec struct {
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // ClusterDestination is a cluster-scoped, admin-owned endpoint catalog entry with the same spec as Destination
-// plus namespaceSelector. Its Secrets are read only from the controller's namespace.
+// plus namespaceSelector. Its Secrets are read only from the controller's namespace. Every namespace may send to it, so its
+// idempotency.keyFormat must contain {namespace}: otherwise two tenants' actions of the same name would send the
+// same key to a deduplicating destination, and the second would get the first one's outcome.
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.idempotency) || !has(self.spec.idempotency.keyFormat) || self.spec.idempotency.keyFormat.size() == 0 || self.spec.idempotency.keyFormat.contains('{namespace}')",message="spec.idempotency.keyFormat of a ClusterDestination must contain {namespace} (for example {namespace}/{name}): every namespace may use it, and without the namespace two tenants' actions of the same name send the same key"
 type ClusterDestination struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional

@@ -37,6 +37,15 @@ type DestinationReference struct {
 	Name string `json:"name"`
 }
 
+// HeaderValue is the value of one ExternalAction request header: at most 8192 bytes of UTF-8
+// (MaxHeaderValueBytes) without control characters other than horizontal tab (RFC 9110 section 5.5), so that it
+// cannot split the request or end its header section. It is a named type so that the schema bounds each value,
+// which keeps the cost of the CEL rules below within the API server's budget.
+// +kubebuilder:validation:MaxLength=8192
+// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 8192",message="header values are at most 8192 bytes (8 KiB); shorten the value or send the data in the body"
+// +kubebuilder:validation:XValidation:rule=`!self.matches('[\\x00-\\x08\\x0a-\\x1f\\x7f]')`,message="header values may not contain CR, LF, NUL or other control characters (a tab is allowed): they would split or corrupt the request; remove them"
+type HeaderValue string
+
 // ActionRequest is the HTTP request an action sends, rebuilt identically for every attempt.
 type ActionRequest struct {
 	// method is the HTTP method. Default POST.
@@ -45,22 +54,32 @@ type ActionRequest struct {
 	// +kubebuilder:validation:Enum=GET;HEAD;OPTIONS;POST;PUT;PATCH;DELETE
 	Method string `json:"method,omitempty"`
 
-	// path is appended to the destination's url; it may carry a query string, passed on unchanged. Default "/".
-	// It must stay under the url's path: a "." or ".." segment in any encoding (%2e), an encoded "/" or
-	// backslash (%2f, %5c) and a raw backslash are refused with reason PathOutsideBase (phase Failed) and
-	// nothing is sent.
+	// path is appended to the destination's url; it may carry a query string. Default "/". Before the query
+	// ('?') it may not contain '.' or '..' segments (also percent-encoded, %2e), %2F, %5C or a backslash, so
+	// that it stays under the destination's base path.
+	// The controller checks the joined, normalized URL again before sending: an escape ends the action
+	// Failed with reason PathOutsideBase and nothing is sent.
 	// +optional
 	// +kubebuilder:default="/"
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^/[^\s]*$`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([^?#]*/)?(\\.|%2[eE]){1,2}([/?#]|$)')`,message="request.path may not contain a '.' or '..' segment, literal or percent-encoded (%2e): it would leave the destination's base URL; remove the dot segments"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[^?#]*(%2[fF]|%5[cC]|\\\\)')`,message="request.path may not contain an encoded slash (%2F), a backslash or an encoded backslash (%5C) before the query: a server that decodes them sees another path; use plain '/' between segments"
 	Path string `json:"path,omitempty"`
 
-	// headers are non-secret request headers (secrets belong in the destination's auth). Header names are
-	// case-insensitive; the idempotency header and Authorization cannot be set here.
+	// headers are non-secret request headers (secrets belong in the destination's auth), at most 32
+	// (MaxRequestHeaders). Names are RFC 9110 tokens (section 5.6.2) of at most 256 characters, case-insensitive
+	// and each present once; values are at most 8192 bytes (MaxHeaderValueBytes) without control characters
+	// other than tab (RFC 9110 section 5.5). Authorization, the idempotency header and the hop-by-hop and framing
+	// headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect,
+	// Content-Length, Host; RFC 9110 section 7.6.1) cannot be set here.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 256 && !(k.lowerAscii() in ['authorization', 'idempotency-key', 'host', 'content-length']))",message="header names are at most 256 characters and may not be Authorization, Idempotency-Key, Host or Content-Length"
-	Headers map[string]string `json:"headers,omitempty"`
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.size() <= 256 && k.matches('^[-!#$%&\'*+.^_|~0-9A-Za-z\\x60]+$'))`,message="header names must be RFC 9110 tokens of at most 256 characters (letters, digits, a backquote or one of !#$%&'*+-.^_|~; no spaces, colons or control characters); rename the header"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.lowerAscii() in ['authorization', 'idempotency-key']))",message="headers may not set Authorization or Idempotency-Key: credentials belong in the destination's auth (from a Secret) and the key is set from the destination's idempotency settings; remove the header"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.lowerAscii() in ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect', 'content-length', 'host']) && !k.lowerAscii().startsWith('proxy-'))",message="headers may not set hop-by-hop or framing headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host): the HTTP client derives them from the request; remove the header"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self.all(j, j == k || j.lowerAscii() != k.lowerAscii()))",message="header names are case-insensitive and each may appear once; remove the entry that differs only in case"
+	Headers map[string]HeaderValue `json:"headers,omitempty"`
 
 	// body is any JSON value, sent as RFC 8785 canonical JSON with Content-Type application/json (unless
 	// headers set another). Its serialized size is capped at 64 KiB (MaxRequestBodyBytes); a larger body
@@ -97,9 +116,11 @@ type ExternalActionSpec struct {
 	// +optional
 	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
 
-	// ttlSecondsAfterFinished overrides the destination's retention.ttlAfterFinished for this action, in seconds.
+	// ttlSecondsAfterFinished overrides the destination's retention.ttlAfterFinished for this action, in seconds:
+	// 0 to 7776000, 90 days (MaxTTLAfterFinished).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=7776000
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 

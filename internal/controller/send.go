@@ -61,7 +61,7 @@ func (r *ExternalActionReconciler) send(ctx context.Context, xa *actionsv1alpha1
 	target string, body []byte, timeout time.Duration, env ledger.Env) ledger.Outcome {
 	h := http.Header{}
 	for k, v := range xa.Spec.Request.Headers {
-		h.Set(k, v)
+		h.Set(k, string(v))
 	}
 	if body != nil && h.Get("Content-Type") == "" {
 		h.Set("Content-Type", "application/json")

@@ -73,7 +73,7 @@ func Canonical(spec *actionsv1alpha1.ExternalActionSpec) ([]byte, error) {
 	if len(spec.Request.Headers) > 0 {
 		in.Request.Headers = make(map[string]string, len(spec.Request.Headers))
 		for k, v := range spec.Request.Headers {
-			in.Request.Headers[strings.ToLower(k)] = v
+			in.Request.Headers[strings.ToLower(k)] = string(v)
 		}
 	}
 	if spec.Request.Body != nil && len(spec.Request.Body.Raw) > 0 && string(spec.Request.Body.Raw) != "null" {

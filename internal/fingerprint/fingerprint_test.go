@@ -12,7 +12,13 @@ import (
 func spec(method, path, body string, headers map[string]string) *actionsv1alpha1.ExternalActionSpec {
 	s := &actionsv1alpha1.ExternalActionSpec{
 		DestinationRef: actionsv1alpha1.DestinationReference{Name: "payments"},
-		Request:        actionsv1alpha1.ActionRequest{Method: method, Path: path, Headers: headers},
+		Request:        actionsv1alpha1.ActionRequest{Method: method, Path: path},
+	}
+	if headers != nil {
+		s.Request.Headers = make(map[string]actionsv1alpha1.HeaderValue, len(headers))
+		for k, v := range headers {
+			s.Request.Headers[k] = actionsv1alpha1.HeaderValue(v)
+		}
 	}
 	if body != "" {
 		s.Request.Body = &apiextensionsv1.JSON{Raw: []byte(body)}

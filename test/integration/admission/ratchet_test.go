@@ -1,0 +1,98 @@
+package admission
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/test/envtestutil"
+)
+
+// An object stored before a bound existed (here: a Destination with a 1h timeout, written while the CRD had no
+// timeout rule) stays usable after the upgrade: Kubernetes' CRD validation ratcheting does not re-check a field
+// an update leaves unchanged, so the controller's status writes and metadata edits still succeed, while changing
+// the field itself must respect the bound. Without this a CRD upgrade would wedge existing destinations.
+func TestStoredObjectsKeepWorkingAfterBoundsArrive(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	scheme := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	crds, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crdKey := client.ObjectKey{Name: "destinations.actions.actionledger.dev"}
+	withTimeoutRule := &apiextensionsv1.CustomResourceDefinition{}
+	if err := crds.Get(ctx, crdKey, withTimeoutRule); err != nil {
+		t.Fatal(err)
+	}
+	setTimeoutRules := func(rules apiextensionsv1.ValidationRules) {
+		t.Helper()
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := crds.Get(ctx, crdKey, crd); err != nil {
+			t.Fatal(err)
+		}
+		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+		timeout := spec.Properties["timeout"]
+		timeout.XValidations = rules
+		spec.Properties["timeout"] = timeout
+		crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+		if err := crds.Update(ctx, crd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rules := withTimeoutRule.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["timeout"].XValidations
+	if len(rules) == 0 {
+		t.Fatal("the installed Destination CRD has no rule on spec.timeout")
+	}
+	// accepted dry-run creates a Destination with the given timeout and reports whether the server took it.
+	accepted := func(timeout time.Duration) bool {
+		return env.Client.Create(ctx, destination(ns, func(s *actionsv1alpha1.DestinationSpec) {
+			s.Timeout = &metav1.Duration{Duration: timeout}
+		}), client.DryRunAll) == nil
+	}
+
+	// The "old" CRD: no bound on timeout. Store a Destination with a 1h timeout.
+	setTimeoutRules(nil)
+	t.Cleanup(func() { setTimeoutRules(rules) })
+	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the CRD without the timeout rule to be served"),
+		func() bool { return accepted(time.Hour) })
+	old := destination(ns, func(s *actionsv1alpha1.DestinationSpec) { s.Timeout = &metav1.Duration{Duration: time.Hour} })
+	env.Create(t, old)
+
+	// The upgrade brings the bound back.
+	setTimeoutRules(rules)
+	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the CRD with the timeout rule to be served"),
+		func() bool { return !accepted(time.Hour) })
+
+	cur := &actionsv1alpha1.Destination{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(old), cur); err != nil {
+		t.Fatal(err)
+	}
+	meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{
+		Type: actionsv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Valid", Message: "ratcheted",
+	})
+	if err := env.Client.Status().Update(ctx, cur); err != nil {
+		t.Fatalf("status write on a Destination stored before the timeout bound: %v", err)
+	}
+	cur.Labels = map[string]string{"touched": "yes"}
+	if err := env.Client.Update(ctx, cur); err != nil {
+		t.Fatalf("metadata edit on a Destination stored before the timeout bound: %v", err)
+	}
+	cur.Spec.Timeout = &metav1.Duration{Duration: 2 * time.Hour}
+	err = env.Client.Update(ctx, cur)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "timeout must be a Go duration greater than 0s and at most 10m") {
+		t.Fatalf("changing the stored timeout to 2h: err = %v, want the timeout refusal", err)
+	}
+}
