@@ -61,8 +61,8 @@ type Job[R any] struct {
 	// for the destination applies to it. Not positive means DefaultMaxInFlight; it is cut to
 	// MaxMaxInFlight and to the global limit.
 	MaxInFlight int
-	// Deadline is the deadline of Run's context (wall clock): the claim's expiry minus the margin needed
-	// to record the outcome. Required.
+	// Deadline is the deadline of Run's context, on the Dispatcher's clock (Options.Clock): the claim's
+	// expiry minus the margin needed to record the outcome. Required.
 	Deadline time.Time
 	// StartBy is the latest time Run may start (by the Dispatcher's clock); a job still queued then is
 	// handed back not started with ErrStartDeadline. Zero means Deadline.
@@ -103,7 +103,8 @@ type Options[R any] struct {
 	// not block for long (it delays the stop and keeps the key taken) and must not call Submit for the
 	// same key. Required.
 	Deliver func(Completion[R])
-	// Clock times StartBy, Waited and the shutdown grace; nil means the real clock.
+	// Clock is the clock of Job.Deadline and Job.StartBy, and times Waited and the shutdown grace; nil
+	// means the real clock.
 	Clock clock.WithDelayedExecution
 }
 
@@ -429,7 +430,8 @@ func (d *Dispatcher[R]) run(j *job[R]) {
 
 // call runs j.Run under its deadline, turning a panic into ErrRunPanicked.
 func (d *Dispatcher[R]) call(j *job[R]) (res R, err error) {
-	ctx, cancel := context.WithDeadline(d.runCtx, j.Deadline)
+	// Deadline is on d.clock: turn what is left of it into a context timeout.
+	ctx, cancel := context.WithTimeout(d.runCtx, j.Deadline.Sub(d.clock.Now()))
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {

@@ -126,6 +126,8 @@ func mustSubmit(t *testing.T, d *Dispatcher[int], j Job[int]) {
 	}
 }
 
+// eventually polls cond until it holds (never to show that something does not happen). A local copy of
+// envtestutil.Eventually: that package imports the controller, which will import this one.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(wait)
@@ -634,4 +636,22 @@ func BenchmarkDispatch(b *testing.B) {
 		}
 	}
 	wg.Wait()
+}
+
+// Run's context ends at the job's Deadline (the claim's expiry minus the margin).
+func TestRunContextEndsAtDeadline(t *testing.T) {
+	c := newCollector()
+	d := newDispatcher(t, Options[int]{Deliver: c.deliver})
+	j := mkJob("D/dl", key("ns", 0), 0, func(ctx context.Context) int {
+		<-ctx.Done()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return 1
+		}
+		return 0
+	})
+	j.Deadline = time.Now().Add(20 * time.Millisecond)
+	mustSubmit(t, d, j)
+	if x := c.next(t); !x.Started || x.Result != 1 {
+		t.Fatalf("completion %+v; want the run to see context.DeadlineExceeded", x)
+	}
 }
