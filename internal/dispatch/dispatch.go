@@ -69,6 +69,10 @@ type Job[R any] struct {
 	StartBy time.Time
 	// Run performs the attempt and returns its result. It must return soon after ctx is done. Required.
 	Run func(ctx context.Context) R
+	// NotRun, if set, gives the Completion's Result when Run is never called or panicked (err is the
+	// Completion's Err), so that every completion carries a result of the job's owner: for example a
+	// not-sent outcome with its ledger environment. Nil leaves the zero value.
+	NotRun func(err error) R
 }
 
 // Completion is what happened to one accepted job; Deliver receives exactly one per job.
@@ -79,7 +83,8 @@ type Completion[R any] struct {
 	Attempt     int32
 	// Started reports whether Run was called (a request may have left).
 	Started bool
-	// Result is what Run returned; the zero value when Run was not called or panicked.
+	// Result is what Run returned; when Run was not called or panicked, what NotRun returned (or the zero
+	// value).
 	Result R
 	// Err is nil when Run returned; ErrShutdown or ErrStartDeadline (Started false) when it was never
 	// called; wraps ErrRunPanicked (Started true) when it panicked.
@@ -435,11 +440,20 @@ func (d *Dispatcher[R]) call(j *job[R]) (res R, err error) {
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
-			var zero R
-			res, err = zero, fmt.Errorf("%w: %v", ErrRunPanicked, p)
+			err = fmt.Errorf("%w: %v", ErrRunPanicked, p)
+			res = j.notRun(err)
 		}
 	}()
 	return j.Run(ctx), nil
+}
+
+// notRun returns the job's result for a job whose Run was not called or panicked.
+func (j *job[R]) notRun(err error) R {
+	if j.NotRun == nil {
+		var zero R
+		return zero
+	}
+	return j.NotRun(err)
 }
 
 // expire hands back j if it is still queued (its StartBy timer fired).
@@ -468,7 +482,7 @@ func (d *Dispatcher[R]) finishQueuedLocked(j *job[R], why error, now time.Time) 
 	}
 	j.state = stateDone
 	return completed[R]{j: j, c: Completion[R]{
-		Destination: j.Destination, Key: j.Key, Attempt: j.Attempt, Err: why, Draining: d.stopping,
+		Destination: j.Destination, Key: j.Key, Attempt: j.Attempt, Result: j.notRun(why), Err: why, Draining: d.stopping,
 		Waited: now.Sub(j.queuedAt),
 	}}
 }

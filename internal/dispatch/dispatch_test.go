@@ -386,17 +386,24 @@ func TestShutdownDeliversInFlightAndReportsQueuedAsNotSent(t *testing.T) {
 	for i := range 5 {
 		k := key("ns", i)
 		run := b.run(k, 100+i)
-		mustSubmit(t, d, mkJob("D/s", k, 2, func(ctx context.Context) int {
+		j := mkJob("D/s", k, 2, func(ctx context.Context) int {
 			v := run(ctx)
 			ctxErrs <- ctx.Err()
 			return v
-		}))
+		})
+		j.NotRun = func(err error) int {
+			if errors.Is(err, ErrShutdown) {
+				return -1
+			}
+			return 0
+		}
+		mustSubmit(t, d, j)
 	}
 	b.awaitStarted(t, 2)
 	cancel()
 	notSent := c.take(t, 3)
 	for k, x := range notSent {
-		if x.Started || !errors.Is(x.Err, ErrShutdown) || !x.Draining || x.Attempt != 1 {
+		if x.Started || !errors.Is(x.Err, ErrShutdown) || !x.Draining || x.Attempt != 1 || x.Result != -1 {
 			t.Fatalf("queued job %v at shutdown: %+v; want not started, ErrShutdown, draining", k, x)
 		}
 	}
@@ -501,10 +508,17 @@ func TestStartDeadlinePassedInQueue(t *testing.T) {
 func TestRunPanicIsReportedAndFreesTheSlot(t *testing.T) {
 	c := newCollector()
 	d := newDispatcher(t, Options[int]{Deliver: c.deliver})
-	mustSubmit(t, d, mkJob("D/p", key("ns", 0), 1, func(context.Context) int { panic("boom") }))
+	pj := mkJob("D/p", key("ns", 0), 1, func(context.Context) int { panic("boom") })
+	pj.NotRun = func(err error) int {
+		if errors.Is(err, ErrRunPanicked) {
+			return -2
+		}
+		return 0
+	}
+	mustSubmit(t, d, pj)
 	mustSubmit(t, d, mkJob("D/p", key("ns", 1), 1, func(context.Context) int { return 1 }))
 	got := c.take(t, 2)
-	if x := got[key("ns", 0)]; !x.Started || !errors.Is(x.Err, ErrRunPanicked) {
+	if x := got[key("ns", 0)]; !x.Started || !errors.Is(x.Err, ErrRunPanicked) || x.Result != -2 {
 		t.Fatalf("panicking run: %+v; want started with ErrRunPanicked", x)
 	}
 	if x := got[key("ns", 1)]; !x.Started || x.Err != nil || x.Result != 1 {

@@ -11,7 +11,9 @@
 //  1. Reconcile decides to send, optionally asks HasRoom (so that a claim is not written for a job that
 //     would wait behind a full round of sends), writes the claim (DESIGN rule 1), then calls Submit and
 //     returns at once. Deadline is the claim's expiry minus the claim margin, so the attempt ends before
-//     the claim can be taken for abandoned.
+//     the claim can be taken for abandoned. Run sends through httpexec and classifies; NotRun turns
+//     ErrShutdown or ErrStartDeadline into a not-sent outcome (nothing left), ErrRunPanicked into an
+//     uncertain one.
 //  2. Deliver stores the outcome in the controller's in-memory pending map (DESIGN rule 2), then puts an
 //     event.GenericEvent for the object on the channel of a controller-runtime source.Channel
 //     (sigs.k8s.io/controller-runtime/pkg/source) watched by the controller.
