@@ -1,0 +1,568 @@
+package dispatch
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/actionledger/actionledger/internal/metrics"
+)
+
+// Defaults and bounds.
+const (
+	// DefaultMaxInFlight is a destination's limit of sends in flight when Job.MaxInFlight is not positive
+	// (CONTRACT spec.concurrency.maxInFlight default).
+	DefaultMaxInFlight = 64
+	// MaxMaxInFlight is the largest per-destination limit; a larger Job.MaxInFlight is cut to it.
+	MaxMaxInFlight = 1024
+	// DefaultGlobalMaxInFlight is the manager-wide limit of sends in flight when Options.MaxInFlight is not
+	// positive (--max-in-flight default).
+	DefaultGlobalMaxInFlight = 1024
+	// DefaultShutdownGrace is how long running sends are awaited after the stop began when
+	// Options.ShutdownGrace is not positive (--shutdown-grace default, 25 s).
+	DefaultShutdownGrace = 25 * time.Second
+)
+
+var (
+	// ErrAlreadyQueued is returned by Submit for a key that is queued or running (or whose completion is
+	// being delivered): a key never has two attempts in the dispatcher at once.
+	ErrAlreadyQueued = errors.New("an attempt of this action is already queued or in flight")
+	// ErrStopped is returned by Submit once the stop began (Start's context is done).
+	ErrStopped = errors.New("the dispatcher is stopping and accepts no sends")
+	// ErrShutdown is the Err of a Completion whose job was still queued when the stop began: Run was
+	// never called, nothing was sent.
+	ErrShutdown = errors.New("the manager stopped before the attempt was sent")
+	// ErrStartDeadline is the Err of a Completion whose job was still queued at its StartBy time: Run was
+	// never called, nothing was sent.
+	ErrStartDeadline = errors.New("no in-flight slot became free before the attempt's start deadline")
+	// ErrRunPanicked is the Err of a Completion whose Run panicked: Run was called, so the request may
+	// have left (the outcome is uncertain).
+	ErrRunPanicked = errors.New("the attempt panicked")
+)
+
+// Job is one claimed attempt. R is the result type of Run (the controller's classified outcome).
+type Job[R any] struct {
+	// Destination identifies the destination whose queue and limit apply, for example
+	// "Destination/<namespace>/<name>" or "ClusterDestination/<name>"; also the metrics label. Required.
+	Destination string
+	// Key is the action (namespace/name). Key.Namespace is the tenant that fairness is computed over.
+	// Required.
+	Key types.NamespacedName
+	// Attempt is the claimed attempt number; it is only handed back in the Completion.
+	Attempt int32
+	// MaxInFlight is the destination's limit of sends in flight; the value of the newest job submitted
+	// for the destination applies to it. Not positive means DefaultMaxInFlight; it is cut to
+	// MaxMaxInFlight and to the global limit.
+	MaxInFlight int
+	// Deadline is the deadline of Run's context, on the Dispatcher's clock (Options.Clock): the claim's
+	// expiry minus the margin needed to record the outcome. Required.
+	Deadline time.Time
+	// StartBy is the latest time Run may start (by the Dispatcher's clock); a job still queued then is
+	// handed back not started with ErrStartDeadline. Zero means Deadline.
+	StartBy time.Time
+	// Run performs the attempt and returns its result. It must return soon after ctx is done. Required.
+	Run func(ctx context.Context) R
+	// NotRun, if set, gives the Completion's Result when Run is never called or panicked (err is the
+	// Completion's Err), so that every completion carries a result of the job's owner: for example a
+	// not-sent outcome with its ledger environment. Nil leaves the zero value.
+	NotRun func(err error) R
+}
+
+// Completion is what happened to one accepted job; Deliver receives exactly one per job.
+type Completion[R any] struct {
+	// Destination, Key and Attempt are copied from the job.
+	Destination string
+	Key         types.NamespacedName
+	Attempt     int32
+	// Started reports whether Run was called (a request may have left).
+	Started bool
+	// Result is what Run returned; when Run was not called or panicked, what NotRun returned (or the zero
+	// value).
+	Result R
+	// Err is nil when Run returned; ErrShutdown or ErrStartDeadline (Started false) when it was never
+	// called; wraps ErrRunPanicked (Started true) when it panicked.
+	Err error
+	// Draining reports that the stop had begun when the completion was handed back: the reconcile
+	// workers may be gone, so the receiver records it directly.
+	Draining bool
+	// Waited is how long the job was queued before it started (or was dropped).
+	Waited time.Duration
+}
+
+// Options configure a Dispatcher.
+type Options[R any] struct {
+	// MaxInFlight is the manager-wide limit of sends in flight; not positive means
+	// DefaultGlobalMaxInFlight.
+	MaxInFlight int
+	// ShutdownGrace is how long running sends are awaited after the stop began before their contexts are
+	// cancelled; not positive means DefaultShutdownGrace.
+	ShutdownGrace time.Duration
+	// Deliver receives every completion, from the dispatcher's goroutines, possibly concurrently. It must
+	// not block for long (it delays the stop and keeps the key taken) and must not call Submit for the
+	// same key. Required.
+	Deliver func(Completion[R])
+	// Clock is the clock of Job.Deadline and Job.StartBy, and times Waited and the shutdown grace; nil
+	// means the real clock.
+	Clock clock.WithDelayedExecution
+}
+
+// Dispatcher runs jobs with per-destination and global limits of sends in flight, fair across
+// namespaces. It is safe for concurrent use. Jobs run as soon as they are submitted; Start (see
+// manager.Runnable) only governs the stop, so the dispatcher must be added to the manager.
+type Dispatcher[R any] struct {
+	global  int
+	grace   time.Duration
+	deliver func(Completion[R])
+	clock   clock.WithDelayedExecution
+
+	// runCtx is the parent of every Run's context; cancelled when the grace is over.
+	runCtx     context.Context
+	cancelRuns context.CancelFunc
+	running    sync.WaitGroup
+
+	mu       sync.Mutex
+	started  bool
+	stopping bool
+	inFlight int
+	dests    map[string]*destQueue[R]
+	// ready holds destinations with queued jobs and a free slot of their own: they wait for a global slot.
+	ready []*destQueue[R]
+	keys  map[types.NamespacedName]*job[R]
+}
+
+var (
+	_ manager.Runnable               = &Dispatcher[int]{}
+	_ manager.LeaderElectionRunnable = &Dispatcher[int]{}
+)
+
+type jobState int
+
+const (
+	stateQueued jobState = iota
+	stateRunning
+	stateDone
+)
+
+type job[R any] struct {
+	Job[R]
+	dq       *destQueue[R]
+	nsq      *nsQueue[R]
+	elem     *list.Element
+	timer    clock.Timer
+	queuedAt time.Time
+	state    jobState
+}
+
+// destQueue is the queue and in-flight count of one destination.
+type destQueue[R any] struct {
+	id       string
+	limit    int
+	inFlight int
+	queued   int
+	inReady  bool
+	byNS     map[string]*nsQueue[R]
+	// ring holds the namespaces with queued jobs, in service order.
+	ring []*nsQueue[R]
+}
+
+type nsQueue[R any] struct {
+	ns     string
+	jobs   list.List // of *job[R]
+	inRing bool
+}
+
+// New returns a Dispatcher. It fails without Options.Deliver.
+func New[R any](opts Options[R]) (*Dispatcher[R], error) {
+	if opts.Deliver == nil {
+		return nil, errors.New("dispatch: Options.Deliver is required")
+	}
+	d := &Dispatcher[R]{
+		global: opts.MaxInFlight, grace: opts.ShutdownGrace, deliver: opts.Deliver, clock: opts.Clock,
+		dests: map[string]*destQueue[R]{}, keys: map[types.NamespacedName]*job[R]{},
+	}
+	if d.global <= 0 {
+		d.global = DefaultGlobalMaxInFlight
+	}
+	if d.grace <= 0 {
+		d.grace = DefaultShutdownGrace
+	}
+	if d.clock == nil {
+		d.clock = clock.RealClock{}
+	}
+	d.runCtx, d.cancelRuns = context.WithCancel(context.Background())
+	return d, nil
+}
+
+// Submit queues job and starts it when its destination and the global pool have a free slot. It never
+// blocks on a send. Errors: ErrStopped once the stop began, ErrAlreadyQueued (wrapped) when the key is
+// queued or running, and an error for a job without Destination, Key, Deadline or Run. Every job Submit
+// accepts is handed to Deliver exactly once.
+func (d *Dispatcher[R]) Submit(jb Job[R]) error {
+	if jb.Destination == "" || jb.Key.Name == "" || jb.Deadline.IsZero() || jb.Run == nil {
+		return fmt.Errorf("dispatch: job %s attempt %d needs Destination, Key, Deadline and Run", jb.Key, jb.Attempt)
+	}
+	if jb.StartBy.IsZero() || jb.StartBy.After(jb.Deadline) {
+		jb.StartBy = jb.Deadline
+	}
+	d.mu.Lock()
+	if d.stopping {
+		d.mu.Unlock()
+		return ErrStopped
+	}
+	if _, ok := d.keys[jb.Key]; ok {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrAlreadyQueued, jb.Key)
+	}
+	dq := d.dests[jb.Destination]
+	if dq == nil {
+		dq = &destQueue[R]{id: jb.Destination, byNS: map[string]*nsQueue[R]{}}
+		d.dests[jb.Destination] = dq
+	}
+	dq.limit = d.clampLimit(jb.MaxInFlight)
+	now := d.clock.Now()
+	j := &job[R]{Job: jb, dq: dq, queuedAt: now}
+	d.keys[jb.Key] = j
+	dq.push(j)
+	d.markReady(dq)
+	start, dropped := d.pumpLocked(now)
+	if j.state == stateQueued {
+		// Own goroutine: a fake clock runs AfterFunc callbacks under its lock.
+		j.timer = d.clock.AfterFunc(jb.StartBy.Sub(now), func() { go d.expire(j) })
+	}
+	d.report(dq)
+	d.mu.Unlock()
+	d.launch(start)
+	d.finish(dropped)
+	return nil
+}
+
+// HasRoom reports whether a job of namespace for destination would be served within about one round of
+// its sends: true when fewer jobs are queued on the destination than its limit, or none of namespace
+// (so a tenant is never kept out by another's backlog), and the stop has not begun. The controller asks
+// before writing a claim; false means "wait for the destination (concurrency)".
+func (d *Dispatcher[R]) HasRoom(destination, namespace string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopping {
+		return false
+	}
+	dq := d.dests[destination]
+	if dq == nil {
+		return true
+	}
+	if dq.queued < dq.limit {
+		return true
+	}
+	nsq := dq.byNS[namespace]
+	return nsq == nil || nsq.jobs.Len() == 0
+}
+
+// InFlight returns the number of sends of destination running now.
+func (d *Dispatcher[R]) InFlight(destination string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if dq := d.dests[destination]; dq != nil {
+		return dq.inFlight
+	}
+	return 0
+}
+
+// Queued returns the number of jobs of destination waiting for a slot.
+func (d *Dispatcher[R]) Queued(destination string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if dq := d.dests[destination]; dq != nil {
+		return dq.queued
+	}
+	return 0
+}
+
+// TotalInFlight returns the number of sends running now on all destinations.
+func (d *Dispatcher[R]) TotalInFlight() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.inFlight
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: sends are made by the leader only, and
+// losing leadership stops new sends at once.
+func (d *Dispatcher[R]) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable. It blocks until ctx is done, then stops: queued jobs are handed
+// back not started (ErrShutdown), running ones are awaited up to the shutdown grace, then their contexts
+// are cancelled; it returns when every Run has returned and every completion was delivered. A second
+// Start returns an error.
+func (d *Dispatcher[R]) Start(ctx context.Context) error {
+	d.mu.Lock()
+	if d.started {
+		d.mu.Unlock()
+		return errors.New("dispatch: Start called twice")
+	}
+	d.started = true
+	d.mu.Unlock()
+	<-ctx.Done()
+	d.stop()
+	return nil
+}
+
+func (d *Dispatcher[R]) stop() {
+	d.mu.Lock()
+	d.stopping = true
+	now := d.clock.Now()
+	var dropped []completed[R]
+	for _, dq := range d.dests {
+		for _, nsq := range dq.ring {
+			for e := nsq.jobs.Front(); e != nil; {
+				next := e.Next()
+				dropped = append(dropped, d.dropLocked(e.Value.(*job[R]), ErrShutdown, now))
+				e = next
+			}
+		}
+	}
+	for _, dq := range d.dests {
+		d.report(dq)
+	}
+	d.mu.Unlock()
+	d.finish(dropped)
+
+	done := make(chan struct{})
+	go func() { d.running.Wait(); close(done) }()
+	t := d.clock.NewTimer(d.grace)
+	select {
+	case <-done:
+		t.Stop()
+	case <-t.C():
+		d.cancelRuns()
+		<-done
+	}
+	d.cancelRuns()
+}
+
+// completed is a completion waiting to be delivered, with its job (whose key is released after delivery).
+type completed[R any] struct {
+	j *job[R]
+	c Completion[R]
+}
+
+func (d *Dispatcher[R]) clampLimit(n int) int {
+	if n <= 0 {
+		n = DefaultMaxInFlight
+	}
+	return min(n, MaxMaxInFlight, d.global)
+}
+
+// markReady puts dq in the ready ring when it has queued jobs and a free slot of its own.
+func (d *Dispatcher[R]) markReady(dq *destQueue[R]) {
+	if !dq.inReady && dq.queued > 0 && dq.inFlight < dq.limit {
+		dq.inReady = true
+		d.ready = append(d.ready, dq)
+	}
+}
+
+// pumpLocked starts queued jobs while global slots are free, one per ready destination in turn. Jobs
+// past their StartBy are dropped instead. The returned jobs are counted in d.running and must be
+// launched; the dropped ones delivered.
+func (d *Dispatcher[R]) pumpLocked(now time.Time) (start []*job[R], dropped []completed[R]) {
+	if d.stopping {
+		return nil, nil
+	}
+	for d.inFlight < d.global && len(d.ready) > 0 {
+		dq := d.ready[0]
+		d.ready[0] = nil
+		d.ready = d.ready[1:]
+		dq.inReady = false
+		for dq.inFlight < dq.limit && dq.queued > 0 {
+			j := dq.pop()
+			if !now.Before(j.StartBy) {
+				dropped = append(dropped, d.finishQueuedLocked(j, ErrStartDeadline, now))
+				continue
+			}
+			if j.timer != nil {
+				j.timer.Stop()
+			}
+			j.state = stateRunning
+			dq.inFlight++
+			d.inFlight++
+			d.running.Add(1)
+			start = append(start, j)
+			break
+		}
+		d.markReady(dq)
+		d.report(dq)
+	}
+	if len(d.ready) == 0 {
+		d.ready = nil // let the backing array go
+	}
+	return start, dropped
+}
+
+// launch runs the started jobs, each in its own goroutine.
+func (d *Dispatcher[R]) launch(start []*job[R]) {
+	for _, j := range start {
+		go d.run(j)
+	}
+}
+
+func (d *Dispatcher[R]) run(j *job[R]) {
+	defer d.running.Done()
+	started := d.clock.Now()
+	res, err := d.call(j)
+	d.mu.Lock()
+	j.state = stateDone
+	dq := j.dq
+	dq.inFlight--
+	d.inFlight--
+	d.markReady(dq)
+	now := d.clock.Now()
+	start, dropped := d.pumpLocked(now)
+	draining := d.stopping
+	d.report(dq)
+	d.mu.Unlock()
+	d.launch(start)
+	d.finish(dropped)
+	d.finish([]completed[R]{{j: j, c: Completion[R]{
+		Destination: j.Destination, Key: j.Key, Attempt: j.Attempt, Started: true, Result: res, Err: err,
+		Draining: draining, Waited: started.Sub(j.queuedAt),
+	}}})
+}
+
+// call runs j.Run under its deadline, turning a panic into ErrRunPanicked.
+func (d *Dispatcher[R]) call(j *job[R]) (res R, err error) {
+	// Deadline is on d.clock: turn what is left of it into a context timeout.
+	ctx, cancel := context.WithTimeout(d.runCtx, j.Deadline.Sub(d.clock.Now()))
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrRunPanicked, p)
+			res = j.notRun(err)
+		}
+	}()
+	return j.Run(ctx), nil
+}
+
+// notRun returns the job's result for a job whose Run was not called or panicked.
+func (j *job[R]) notRun(err error) R {
+	if j.NotRun == nil {
+		var zero R
+		return zero
+	}
+	return j.NotRun(err)
+}
+
+// expire hands back j if it is still queued (its StartBy timer fired).
+func (d *Dispatcher[R]) expire(j *job[R]) {
+	d.mu.Lock()
+	if j.state != stateQueued {
+		d.mu.Unlock()
+		return
+	}
+	c := d.dropLocked(j, ErrStartDeadline, d.clock.Now())
+	d.report(j.dq)
+	d.mu.Unlock()
+	d.finish([]completed[R]{c})
+}
+
+// dropLocked removes the queued job j and returns its not-started completion.
+func (d *Dispatcher[R]) dropLocked(j *job[R], why error, now time.Time) completed[R] {
+	j.dq.remove(j)
+	return d.finishQueuedLocked(j, why, now)
+}
+
+// finishQueuedLocked returns the not-started completion of j, already out of its queue.
+func (d *Dispatcher[R]) finishQueuedLocked(j *job[R], why error, now time.Time) completed[R] {
+	if j.timer != nil {
+		j.timer.Stop()
+	}
+	j.state = stateDone
+	return completed[R]{j: j, c: Completion[R]{
+		Destination: j.Destination, Key: j.Key, Attempt: j.Attempt, Result: j.notRun(why), Err: why, Draining: d.stopping,
+		Waited: now.Sub(j.queuedAt),
+	}}
+}
+
+// finish delivers the completions, then releases their keys and forgets idle destinations.
+func (d *Dispatcher[R]) finish(cs []completed[R]) {
+	for _, c := range cs {
+		d.deliver(c.c)
+		d.mu.Lock()
+		if d.keys[c.j.Key] == c.j {
+			delete(d.keys, c.j.Key)
+		}
+		d.report(c.j.dq)
+		d.mu.Unlock()
+	}
+}
+
+// report publishes dq's gauges, or forgets dq (and deletes its series) when it is idle.
+func (d *Dispatcher[R]) report(dq *destQueue[R]) {
+	if dq.inFlight == 0 && dq.queued == 0 {
+		if d.dests[dq.id] == dq {
+			delete(d.dests, dq.id)
+			metrics.InFlightSends.DeleteLabelValues(dq.id)
+			metrics.QueuedSends.DeleteLabelValues(dq.id)
+		}
+		return
+	}
+	if d.dests[dq.id] != dq {
+		return
+	}
+	metrics.InFlightSends.WithLabelValues(dq.id).Set(float64(dq.inFlight))
+	metrics.QueuedSends.WithLabelValues(dq.id).Set(float64(dq.queued))
+}
+
+// push queues j at the end of its namespace's FIFO.
+func (dq *destQueue[R]) push(j *job[R]) {
+	nsq := dq.byNS[j.Key.Namespace]
+	if nsq == nil {
+		nsq = &nsQueue[R]{ns: j.Key.Namespace}
+		dq.byNS[nsq.ns] = nsq
+	}
+	if !nsq.inRing {
+		nsq.inRing = true
+		dq.ring = append(dq.ring, nsq)
+	}
+	j.nsq = nsq
+	j.elem = nsq.jobs.PushBack(j)
+	dq.queued++
+}
+
+// pop takes the next job in round-robin order over namespaces. dq.queued must be positive.
+func (dq *destQueue[R]) pop() *job[R] {
+	for {
+		nsq := dq.ring[0]
+		dq.ring[0] = nil
+		dq.ring = dq.ring[1:]
+		if nsq.jobs.Len() == 0 {
+			nsq.inRing = false
+			delete(dq.byNS, nsq.ns)
+			continue
+		}
+		j := nsq.jobs.Remove(nsq.jobs.Front()).(*job[R])
+		j.elem = nil
+		dq.queued--
+		if nsq.jobs.Len() > 0 {
+			dq.ring = append(dq.ring, nsq)
+		} else {
+			nsq.inRing = false
+			delete(dq.byNS, nsq.ns)
+		}
+		return j
+	}
+}
+
+// remove takes the queued job j out of its namespace's FIFO; an emptied namespace leaves the ring lazily.
+func (dq *destQueue[R]) remove(j *job[R]) {
+	if j.elem == nil {
+		return
+	}
+	j.nsq.jobs.Remove(j.elem)
+	j.elem = nil
+	dq.queued--
+}

@@ -1,0 +1,53 @@
+// Package dispatch runs claimed attempts outside the reconcile workers (DESIGN rule 10: a send never holds
+// a reconcile worker).
+//
+// The dispatcher knows nothing of the ledger. A Job carries the identity of one claimed attempt
+// (destination, action key namespace/name, attempt number), a context deadline, and Run: a closure that
+// performs that one attempt (through httpexec) and classifies it. The dispatcher decides only when Run
+// starts, and hands every accepted job back exactly once, as a Completion, to the Deliver callback.
+//
+// # How the controller uses it
+//
+//  1. Reconcile decides to send, optionally asks HasRoom (so that a claim is not written for a job that
+//     would wait behind a full round of sends), writes the claim (DESIGN rule 1), then calls Submit and
+//     returns at once. Deadline is the claim's expiry minus the claim margin, so the attempt ends before
+//     the claim can be taken for abandoned. Run sends through httpexec and classifies; NotRun turns
+//     ErrShutdown or ErrStartDeadline into a not-sent outcome (nothing left), ErrRunPanicked into an
+//     uncertain one.
+//  2. Deliver stores the outcome in the controller's in-memory pending map (DESIGN rule 2), then puts an
+//     event.GenericEvent for the object on the channel of a controller-runtime source.Channel
+//     (sigs.k8s.io/controller-runtime/pkg/source) watched by the controller.
+//  3. That event enqueues the object; the next Reconcile finds the pending outcome first and records it.
+//
+// Submit refuses a key that is still queued or running (ErrAlreadyQueued), and the key stays taken until
+// Deliver has returned, so a requeue of the object between the claim and the record never sends twice.
+//
+// # Concurrency and fairness
+//
+// Each destination has its own queue and its own limit of sends in flight (Job.MaxInFlight, default
+// DefaultMaxInFlight, at most MaxMaxInFlight and at most the global limit), shared by every namespace
+// that uses it. Queued jobs of one destination are served round-robin over the namespaces that have
+// queued jobs, FIFO inside a namespace; a namespace that has nothing queued earns no credit. This is the
+// order of the start-time fair queue of package limiter for jobs of equal cost (one send each), kept
+// here as a ring of per-namespace FIFOs because the jobs themselves are present: a tenant with 1,000
+// queued jobs delays another tenant's single job by at most one send of each other namespace.
+//
+// Options.MaxInFlight (default DefaultGlobalMaxInFlight) bounds the sends of the whole manager; it is the
+// only resource destinations share. A destination never runs more than its own limit, so a slow
+// destination cannot delay another one until the global pool is full; when it is, each freed slot goes to
+// the next destination with queued jobs, round-robin over destinations. With the defaults (64 per
+// destination, 1,024 in all) sixteen destinations must be saturated at once before any waits on another:
+// for full isolation, keep the global limit at least the sum of the limits of the destinations busy at once.
+//
+// # Shutdown and leadership
+//
+// Dispatcher is a manager.Runnable that needs leader election. When the context given to Start is done
+// (SIGTERM, or leadership lost), no new send starts: every queued job is handed back at once, not
+// started, with ErrShutdown (the request never left: the controller may record a truthful not-sent
+// attempt if it can still write; if it cannot, the open claim follows DESIGN rule 3 after a restart).
+// Jobs already running are awaited up to Options.ShutdownGrace (default DefaultShutdownGrace); then their
+// contexts are cancelled, and Start returns when every Run has returned and been delivered. Completions
+// handed back after the stop began have Draining set: the controller's workers are stopping too, so the
+// controller records those directly instead of through the workqueue. The manager's
+// GracefulShutdownTimeout must exceed ShutdownGrace plus the time to record.
+package dispatch
