@@ -36,7 +36,12 @@ type Run struct {
 	Creators   int     `json:"creators,omitempty"`
 	Reconciles int     `json:"maxConcurrentReconciles"`
 	RatePerSec float64 `json:"offeredRatePerSecond,omitempty"`
-	Seconds    float64 `json:"seconds"`
+	// DestLatencyMs is how long the destination took to answer each request (BENCH_DEST_LATENCY_MS).
+	DestLatencyMs int `json:"destinationLatencyMs"`
+	// MaxInFlight is the Destination's spec.concurrency.maxInFlight as the API server kept it (0: not set,
+	// the CRD has no such field).
+	MaxInFlight int     `json:"maxInFlight,omitempty"`
+	Seconds     float64 `json:"seconds"`
 	// ActionsPerSecond is actions / (last Succeeded seen - first create).
 	ActionsPerSecond float64 `json:"actionsPerSecond"`
 	// RawPerSecond is the bare client's rate for create + status claim + status outcome, same control plane.
@@ -80,6 +85,8 @@ type Report struct {
 	Reconcile []Row          `json:"reconciles,omitempty"`
 	Memory    []MemoryResult `json:"memory,omitempty"`
 	Baseline  *Memory        `json:"emptyManagerMemory,omitempty"`
+	// DestLatency is the table by destination latency (BENCH_PARTS destlatency).
+	DestLatency []LatencyRow `json:"byDestinationLatency,omitempty"`
 }
 
 // Headline holds the medians the targets are judged on.
@@ -156,8 +163,8 @@ func newEnv(t *testing.T) *envtestutil.Env {
 	return e
 }
 
-// TestBenchmark runs the parts selected by BENCH_PARTS (headline, sizes, reconciles, latency, memory; default:
-// all in full mode, all at toy sizes in quick mode).
+// TestBenchmark runs the parts selected by BENCH_PARTS (headline, sizes, reconciles, latency, destlatency,
+// memory; default: all in full mode, all at toy sizes in quick mode).
 func TestBenchmark(t *testing.T) {
 	full := os.Getenv("BENCH_FULL") != ""
 	parts := map[string]bool{}
@@ -178,22 +185,45 @@ func TestBenchmark(t *testing.T) {
 	if !full {
 		sizes, concs = nil, nil
 	}
+	lats, err := parseLatencies(os.Getenv("BENCH_DEST_LATENCY_MS"), map[bool][]int{true: {0}, false: quickLatencies}[full])
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	dir := t.TempDir()
 	bin := managerBinary(t, dir)
 	rep := Report{Date: time.Now().UTC().Format(time.RFC3339), Full: full, CPUs: runtime.NumCPU(), MemTotal: memTotal(),
 		GoVersion: runtime.Version(), LoadStart: loadavg()}
-	runs := map[[2]int][]Run{}
+	// runs are keyed by (actions, reconciles, destination latency ms).
+	runs := map[[3]int][]Run{}
 	var tenth []Run
-	measure := func(name string, n, c int) {
+	// quickLat holds the quick variant's latency rows, run on the headline's control plane.
+	quickLat := map[int][]Run{}
+	measure := func(name string, n, c, latMs int) {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
-			r := throughput(t, e, bin, dir, n, creators, c, 0)
+			d := defaultDest()
+			d.Latency = time.Duration(latMs) * time.Millisecond
+			r := throughputAt(t, e, bin, dir, n, creators, c, 0, d)
 			r.RawPerSecond, r.RawCPUms = rawWriteRate(t, e, n, creators)
 			r.RatioToRaw = r.ActionsPerSecond / r.RawPerSecond
-			t.Logf("%d actions, %d reconciles: %.1f actions/s, raw %.1f/s, ratio %.2f, p99 %.0f ms, writes %v, CPU ms/action %v (raw per object: %v), load %s",
-				n, c, r.ActionsPerSecond, r.RawPerSecond, r.RatioToRaw, r.LatencyMs["p99"], r.Writes, r.CPUms, r.RawCPUms, r.Load)
-			runs[[2]int{n, c}] = append(runs[[2]int{n, c}], r)
+			t.Logf("%d actions, %d reconciles, destination latency %d ms: %.1f actions/s, raw %.1f/s, ratio %.2f, p99 %.0f ms, writes %v, CPU ms/action %v (raw per object: %v), load %s",
+				n, c, latMs, r.ActionsPerSecond, r.RawPerSecond, r.RatioToRaw, r.LatencyMs["p99"], r.Writes, r.CPUms, r.RawCPUms, r.Load)
+			runs[[3]int{n, c, latMs}] = append(runs[[3]int{n, c, latMs}], r)
+			if !full && want("destlatency") && len(quickLat) == 0 {
+				// Quick mode: prove the delayed destination and the table on the same control plane, with a
+				// few actions (against this run's raw rate).
+				for _, l := range lats {
+					if l == 0 {
+						continue
+					}
+					d.Latency = time.Duration(l) * time.Millisecond
+					q := throughputAt(t, e, bin, dir, quickLatencyActions, creators, c, 0, d)
+					q.RawPerSecond, q.RawCPUms = r.RawPerSecond, r.RawCPUms
+					t.Logf("%d actions, destination latency %d ms: %.1f actions/s, p99 %.1f ms", q.Actions, l, q.ActionsPerSecond, q.LatencyMs["p99"])
+					quickLat[l] = append(quickLat[l], q)
+				}
+			}
 			if !full && want("latency") {
 				// Quick mode: prove the fixed-rate path on the same control plane instead of a fresh one.
 				q := throughput(t, e, bin, dir, 20, 1, c, r.ActionsPerSecond/10)
@@ -207,11 +237,11 @@ func TestBenchmark(t *testing.T) {
 		})
 	}
 
-	if want("headline") || want("latency") {
+	if want("headline") || want("latency") || (!full && want("destlatency")) {
 		for i := 1; i <= repeat; i++ {
-			measure(fmt.Sprintf("headline-%d", i), n, reconciles)
+			measure(fmt.Sprintf("headline-%d", i), n, reconciles, 0)
 		}
-		h := &Headline{Runs: runs[[2]int{n, reconciles}]}
+		h := &Headline{Runs: runs[[3]int{n, reconciles, 0}]}
 		k := len(h.Runs)
 		tput, raw, ratio, cw := make([]float64, 0, k), make([]float64, 0, k), make([]float64, 0, k), make([]float64, 0, k)
 		for _, r := range h.Runs {
@@ -241,18 +271,34 @@ func TestBenchmark(t *testing.T) {
 	}
 	if want("sizes") {
 		for _, s := range sizes {
-			if len(runs[[2]int{s, reconciles}]) == 0 {
-				measure(fmt.Sprintf("size-%d", s), s, reconciles)
+			if len(runs[[3]int{s, reconciles, 0}]) == 0 {
+				measure(fmt.Sprintf("size-%d", s), s, reconciles, 0)
 			}
-			rep.Sizes = append(rep.Sizes, row(runs[[2]int{s, reconciles}]))
+			rep.Sizes = append(rep.Sizes, row(runs[[3]int{s, reconciles, 0}]))
 		}
 	}
 	if want("reconciles") {
 		for _, c := range concs {
-			if len(runs[[2]int{n, c}]) == 0 {
-				measure(fmt.Sprintf("reconciles-%d", c), n, c)
+			if len(runs[[3]int{n, c, 0}]) == 0 {
+				measure(fmt.Sprintf("reconciles-%d", c), n, c, 0)
 			}
-			rep.Reconcile = append(rep.Reconcile, row(runs[[2]int{n, c}]))
+			rep.Reconcile = append(rep.Reconcile, row(runs[[3]int{n, c, 0}]))
+		}
+	}
+	if want("destlatency") {
+		// One row per latency, at BENCH_ACTIONS and BENCH_RECONCILES; latency 0 reuses the headline runs.
+		for _, l := range lats {
+			rs := runs[[3]int{n, reconciles, l}]
+			if len(rs) == 0 && !full {
+				rs = quickLat[l]
+			}
+			if len(rs) == 0 {
+				for i := 1; i <= repeat; i++ {
+					measure(fmt.Sprintf("destlatency-%dms-%d", l, i), n, reconciles, l)
+				}
+				rs = runs[[3]int{n, reconciles, l}]
+			}
+			rep.DestLatency = append(rep.DestLatency, latencyRow(l, defaultDest().MaxInFlight, rs))
 		}
 	}
 	if full && want("memory") && len(mems) > 0 {
@@ -275,22 +321,28 @@ func row(rs []Run) Row {
 		Ratio: median(ratio), LatencyMs: map[string]float64{"p50": median(p50), "p95": median(p95), "p99": median(p99)}, Writes: rs[0].Writes}
 }
 
-// throughput runs the manager process with reconciles workers and creates n actions against the fast
-// destination: as fast as creators workers can (rate 0) or at a fixed rate per second. Latency is from just
-// before the create call to the moment this process's watch sees Succeeded.
+// throughput is throughputAt with the default bench Destination (no latency, BENCH_MAX_IN_FLIGHT).
 func throughput(t *testing.T, e *envtestutil.Env, bin, dir string, n, creators, reconciles int, rate float64) Run {
+	t.Helper()
+	return throughputAt(t, e, bin, dir, n, creators, reconciles, rate, defaultDest())
+}
+
+// throughputAt runs the manager process with reconciles workers and creates n actions against the bench
+// destination d: as fast as creators workers can (rate 0) or at a fixed rate per second. Latency is from just
+// before the create call to the moment this process's watch sees Succeeded.
+func throughputAt(t *testing.T, e *envtestutil.Env, bin, dir string, n, creators, reconciles int, rate float64, d benchDest) Run {
 	t.Helper()
 	ctx := context.Background()
 	ns := e.Namespace(t)
-	_, url := envtestutil.DestinationServer(t, destination.Options{Dedup: true})
-	e.CreateDestination(t, ns, "fast", url, nil)
+	_, url := envtestutil.DestinationServer(t, destination.Options{Dedup: true, CommitDelay: d.Latency})
+	mif := createBenchDestination(t, e, ns, "fast", url, d)
 	load := loadavg()
-	p := startManager(t, e, bin, dir, reconciles)
+	p := startManager(t, e, bin, dir, reconciles, managerInFlightArgs(t, bin, d.MaxInFlight)...)
 	defer p.stop()
 	w := watchSucceeded(t, e, ns)
 	// Warm-up: one action end to end proves the manager's caches are synced before the clock starts.
 	e.Create(t, envtestutil.Action(ns, "warm", "fast", "/x", `{"i":1}`))
-	waitCount(t, w, 1, 60*time.Second)
+	waitCount(t, w, 1, 60*time.Second+d.Latency)
 	writes0 := settledWrites(t, e)
 	meter := newCPUMeter(e, p.cmd.Process.Pid)
 	cpu0 := meter.read()
@@ -329,7 +381,8 @@ func throughput(t *testing.T, e *envtestutil.Env, bin, dir string, n, creators, 
 	if failed.Load() {
 		t.FailNow()
 	}
-	done := w.waitAll(t, n+1, time.Duration(n)*100*time.Millisecond+120*time.Second)
+	// Room for the destination's latency at the reconcile workers' concurrency (the bound on main).
+	done := w.waitAll(t, n+1, time.Duration(n)*100*time.Millisecond+120*time.Second+time.Duration(n)*d.Latency/time.Duration(max(reconciles, 1)))
 	var last time.Time
 	lat := make([]float64, 0, n)
 	for i := range n {
@@ -343,6 +396,7 @@ func throughput(t *testing.T, e *envtestutil.Env, bin, dir string, n, creators, 
 	writes := settledWrites(t, e)
 	elapsed := last.Sub(start).Seconds()
 	return Run{Actions: n, Creators: creators, Reconciles: reconciles, RatePerSec: rate, Seconds: elapsed,
+		DestLatencyMs: int(d.Latency.Milliseconds()), MaxInFlight: mif,
 		ActionsPerSecond: float64(n) / elapsed, LatencyMs: percentiles(lat), Writes: perAction(writes0, writes, n),
 		CPUms: perActionCPU(cpu0, cpu1, n), Load: load + " -> " + loadavg()}
 }
@@ -540,6 +594,11 @@ func report(t *testing.T, rep Report) {
 			fmt.Fprintf(&b, "headline-%d CPU ms per action: %v; raw per object: %v\n", i+1, r.CPUms, r.RawCPUms)
 		}
 	}
+	var table string
+	if len(rep.DestLatency) > 0 {
+		table = latencyTable(rep.DestLatency)
+		fmt.Fprintf(&b, "by destination latency (bound = min(raw obj/s, maxInFlight / latency)):\n%s", table)
+	}
 	if rep.Baseline != nil {
 		fmt.Fprintf(&b, "memory, empty manager: %s\n", fmtMem(*rep.Baseline))
 	}
@@ -568,6 +627,13 @@ func report(t *testing.T, rep Report) {
 		t.Fatalf("writing %s: %v", out, err)
 	}
 	t.Logf("wrote %s", out)
+	if table != "" {
+		p, err := writeLatencyTable(out, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", p)
+	}
 
 	// The harness must have measured something (not a speed assertion).
 	if h := rep.Headline; h != nil {
@@ -580,6 +646,11 @@ func report(t *testing.T, rep Report) {
 	for _, m := range rep.Memory {
 		if m.Memory.RSS <= 0 || m.Memory.HeapInuse <= 0 {
 			t.Fatalf("no memory measured: %+v", m)
+		}
+	}
+	for _, r := range rep.DestLatency {
+		if r.Runs == 0 || r.ActionsPerS <= 0 || r.BoundPerS <= 0 {
+			t.Fatalf("the harness measured nothing at destination latency %d ms: %+v", r.DestLatencyMs, r)
 		}
 	}
 }

@@ -157,6 +157,8 @@ type Writes struct {
 	Deletes      float64 `json:"deletes"`
 	// Conflicts are the externalaction writes above that were answered 409 (counted in them).
 	Conflicts float64 `json:"conflicts"`
+	// ConflictsAll are the writes of any resource answered 409 (Conflicts included).
+	ConflictsAll float64 `json:"conflictsAllResources"`
 	// Controller is what the manager wrote on externalactions: everything but the test's creates.
 	Controller float64 `json:"controllerWrites"`
 	// Events and Tombstones are writes of other resources made for the actions.
@@ -224,6 +226,9 @@ func perAction(before, after map[string]float64, n int) Writes {
 				w.TombstoneReads += d
 			}
 			continue
+		}
+		if code == "409" {
+			w.ConflictsAll += d
 		}
 		switch res {
 		case "externalactions":

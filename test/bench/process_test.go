@@ -69,14 +69,15 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startManager starts the manager binary with the given concurrency; it is stopped at test end at the latest.
-func startManager(t *testing.T, e *envtestutil.Env, bin, dir string, reconciles int) *proc {
+// startManager starts the manager binary with the given concurrency and extra flags; it is stopped at test
+// end at the latest.
+func startManager(t *testing.T, e *envtestutil.Env, bin, dir string, reconciles int, extra ...string) *proc {
 	t.Helper()
 	kc := e.Kubeconfig(t)
 	port := freePort(t)
 	// A plain Background context: the process is stopped with SIGTERM by stop, not killed by a context.
-	cmd := exec.CommandContext(context.Background(), bin,
-		"--kubeconfig="+kc,
+	args := append([]string{
+		"--kubeconfig=" + kc,
 		"--leader-elect=false",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port),
 		"--metrics-secure=false",
@@ -85,7 +86,8 @@ func startManager(t *testing.T, e *envtestutil.Env, bin, dir string, reconciles 
 		fmt.Sprintf("--max-concurrent-reconciles=%d", reconciles),
 		"--controller-namespace=default",
 		"--destination-allow-cidrs=127.0.0.1/32", // the destination listens on loopback, denied by default
-	)
+	}, extra...)
+	cmd := exec.CommandContext(context.Background(), bin, args...)
 	cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

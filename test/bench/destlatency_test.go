@@ -1,0 +1,303 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/test/envtestutil"
+)
+
+// The destination-latency part (BENCH_PARTS=destlatency): throughput, latency, 409s and manager CPU per
+// action when the destination takes BENCH_DEST_LATENCY_MS to answer, against the bound
+// min(raw API write rate, maxInFlight / latency) (issue #12).
+
+const (
+	// defaultMaxInFlight is BENCH_MAX_IN_FLIGHT's default: the bench Destination's spec.concurrency.maxInFlight.
+	defaultMaxInFlight = 256
+	// managerGlobalInFlight is the smallest --max-in-flight passed to a manager that has the flag, so that
+	// the manager-wide limit (default 1024) is never the bench's bottleneck.
+	managerGlobalInFlight = 1024
+	// quickLatencyActions is the action count of a non-headline latency row in the quick variant.
+	quickLatencyActions = 20
+)
+
+// quickLatencies is the quick variant's list when BENCH_DEST_LATENCY_MS is unset: 0 reuses the headline
+// run, 50 ms exercises the delayed destination once.
+var quickLatencies = []int{0, 50}
+
+// parseLatencies parses a comma list of destination latencies in milliseconds ("0,200,1000"). Blanks
+// around items are ignored; an empty string is def. Errors name the bad item; negatives and duplicates are
+// refused (a typo in a benchmark knob must not silently measure something else).
+func parseLatencies(v string, def []int) ([]int, error) {
+	if strings.TrimSpace(v) == "" {
+		return def, nil
+	}
+	var out []int
+	seen := map[int]bool{}
+	for s := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("BENCH_DEST_LATENCY_MS item %q: want a whole number of milliseconds >= 0", s)
+		}
+		if seen[n] {
+			return nil, fmt.Errorf("BENCH_DEST_LATENCY_MS item %q: listed twice", s)
+		}
+		seen[n] = true
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// benchDest is the bench Destination of one run: the test destination answers after Latency (a timer in the
+// handler goroutine, destination.Options.CommitDelay: no CPU of the bench process), and MaxInFlight is
+// written into spec.concurrency.maxInFlight when the installed CRD has that field.
+type benchDest struct {
+	Latency     time.Duration
+	MaxInFlight int
+}
+
+// defaultDest is the bench Destination of the headline, fixed-rate, size and reconciles runs.
+func defaultDest() benchDest {
+	return benchDest{MaxInFlight: intEnv("BENCH_MAX_IN_FLIGHT", defaultMaxInFlight)}
+}
+
+// crdHasMaxInFlight reports whether the installed Destination CRD's schema (served version of
+// actionsv1alpha1) has spec.concurrency.maxInFlight.
+func crdHasMaxInFlight(e *envtestutil.Env) (bool, error) {
+	crd := &unstructured.Unstructured{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	name := "destinations." + actionsv1alpha1.GroupVersion.Group
+	if err := e.Client.Get(context.Background(), types.NamespacedName{Name: name}, crd); err != nil {
+		return false, fmt.Errorf("reading CRD %s: %w", name, err)
+	}
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for _, v := range versions {
+		vm, ok := v.(map[string]any)
+		if !ok || vm["name"] != actionsv1alpha1.GroupVersion.Version {
+			continue
+		}
+		_, found, _ := unstructured.NestedMap(vm, "schema", "openAPIV3Schema", "properties", "spec", "properties",
+			"concurrency", "properties", "maxInFlight")
+		return found, nil
+	}
+	return false, nil
+}
+
+// createBenchDestination creates Destination name at url in ns as an unstructured object, so the bench
+// builds before the API type has spec.concurrency. It returns the maxInFlight the API server kept (0 when
+// the CRD has no such field, or pruned or refused it: each is logged as a note, and the Destination is
+// then created without it).
+func createBenchDestination(t *testing.T, e *envtestutil.Env, ns, name, url string, d benchDest) int {
+	t.Helper()
+	ctx := context.Background()
+	spec := actionsv1alpha1.DestinationSpec{URL: url}
+	if d.Latency > 10*time.Second {
+		// The attempt must end before the default 30 s timeout; give slow destinations room (at most 10m).
+		spec.Timeout = &metav1.Duration{Duration: min(3*d.Latency, 10*time.Minute)}
+	}
+	typed := &actionsv1alpha1.Destination{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
+	typed.SetGroupVersionKind(actionsv1alpha1.GroupVersion.WithKind("Destination"))
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(typed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	unstructured.RemoveNestedField(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+
+	has, err := crdHasMaxInFlight(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !has {
+		t.Logf("note: the Destination CRD has no spec.concurrency.maxInFlight; BENCH_MAX_IN_FLIGHT=%d not applied", d.MaxInFlight)
+		if err := e.Client.Create(ctx, u); err != nil {
+			t.Fatalf("creating Destination: %v", err)
+		}
+		return 0
+	}
+	with := u.DeepCopy()
+	if err := unstructured.SetNestedField(with.Object, int64(d.MaxInFlight), "spec", "concurrency", "maxInFlight"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.Create(ctx, with); err != nil {
+		t.Logf("note: the API server refused spec.concurrency.maxInFlight=%d (%v); created the Destination without it", d.MaxInFlight, err)
+		if err := e.Client.Create(ctx, u); err != nil {
+			t.Fatalf("creating Destination: %v", err)
+		}
+		return 0
+	}
+	kept, found, _ := unstructured.NestedInt64(with.Object, "spec", "concurrency", "maxInFlight")
+	if !found {
+		t.Logf("note: the API server pruned spec.concurrency.maxInFlight; BENCH_MAX_IN_FLIGHT=%d not applied", d.MaxInFlight)
+		return 0
+	}
+	return int(kept)
+}
+
+// managerFlags detects, once per test binary, whether the manager has --max-in-flight (from its -help).
+var (
+	flagsOnce       sync.Once
+	hasMaxInFlightF bool
+)
+
+// managerInFlightArgs returns --max-in-flight=max(maxInFlight, 1024) when the manager binary has the flag,
+// so that the manager-wide limit never caps the destination's; nothing otherwise.
+func managerInFlightArgs(t *testing.T, bin string, maxInFlight int) []string {
+	t.Helper()
+	flagsOnce.Do(func() {
+		out, _ := exec.CommandContext(context.Background(), bin, "-help").CombinedOutput() //nolint:gosec // our own build
+		hasMaxInFlightF = strings.Contains(string(out), "-max-in-flight")
+	})
+	if !hasMaxInFlightF {
+		return nil
+	}
+	return []string{fmt.Sprintf("--max-in-flight=%d", max(maxInFlight, managerGlobalInFlight))}
+}
+
+// LatencyRow is the median of the runs at one destination latency.
+type LatencyRow struct {
+	DestLatencyMs int `json:"destinationLatencyMs"`
+	Actions       int `json:"actions"`
+	Reconciles    int `json:"maxConcurrentReconciles"`
+	// MaxInFlight is BENCH_MAX_IN_FLIGHT; Applied says whether the Destination kept it.
+	MaxInFlight int     `json:"maxInFlight"`
+	Applied     bool    `json:"maxInFlightApplied"`
+	Runs        int     `json:"runs"`
+	ActionsPerS float64 `json:"actionsPerSecond"`
+	RawPerS     float64 `json:"rawObjectsPerSecond"`
+	// BoundPerS is min(raw, maxInFlight / latency) in actions per second; Ratio is actions/s over it.
+	BoundPerS float64 `json:"boundPerSecond"`
+	Ratio     float64 `json:"ratioToBound"`
+	P50Ms     float64 `json:"p50Ms"`
+	P99Ms     float64 `json:"p99Ms"`
+	// ConflictsPerAction counts API writes answered 409 on any resource, from apiserver_request_total.
+	ConflictsPerAction float64 `json:"conflictsPerAction"`
+	// ManagerCPUms is the manager process's utime+stime (/proc/<pid>/stat) per action, in milliseconds.
+	ManagerCPUms float64 `json:"managerCpuMsPerAction"`
+}
+
+// bound is min(raw objects/s, maxInFlight / latency); a latency of 0 leaves raw.
+func bound(raw float64, maxInFlight int, latency time.Duration) float64 {
+	if latency <= 0 || maxInFlight <= 0 {
+		return raw
+	}
+	return math.Min(raw, float64(maxInFlight)/latency.Seconds())
+}
+
+// latencyRow takes the medians of the runs of one latency (each run's ratio is against its own raw rate).
+func latencyRow(latencyMs, maxInFlight int, rs []Run) LatencyRow {
+	if len(rs) == 0 {
+		return LatencyRow{DestLatencyMs: latencyMs, MaxInFlight: maxInFlight}
+	}
+	var tput, raw, bnd, ratio, p50, p99, c409, cpu []float64
+	for _, r := range rs {
+		b := bound(r.RawPerSecond, maxInFlight, time.Duration(latencyMs)*time.Millisecond)
+		tput, raw, bnd = append(tput, r.ActionsPerSecond), append(raw, r.RawPerSecond), append(bnd, b)
+		if b > 0 {
+			ratio = append(ratio, r.ActionsPerSecond/b)
+		}
+		p50, p99 = append(p50, r.LatencyMs["p50"]), append(p99, r.LatencyMs["p99"])
+		c409, cpu = append(c409, r.Writes.ConflictsAll), append(cpu, r.CPUms.Manager)
+	}
+	return LatencyRow{DestLatencyMs: latencyMs, Actions: rs[0].Actions, Reconciles: rs[0].Reconciles, MaxInFlight: maxInFlight,
+		Applied: rs[0].MaxInFlight > 0, Runs: len(rs), ActionsPerS: median(tput), RawPerS: median(raw), BoundPerS: median(bnd),
+		Ratio: median(ratio), P50Ms: median(p50), P99Ms: median(p99), ConflictsPerAction: median(c409), ManagerCPUms: median(cpu)}
+}
+
+// latencyTable renders rows as a markdown table for docs/benchmarks.md.
+func latencyTable(rows []LatencyRow) string {
+	var b strings.Builder
+	b.WriteString("| destination latency | actions | reconciles | maxInFlight | runs | actions/s | raw obj/s | bound/s | ratio to bound | p50 ms | p99 ms | 409s per action | manager CPU ms per action |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		lat := "0"
+		if r.DestLatencyMs > 0 {
+			lat = (time.Duration(r.DestLatencyMs) * time.Millisecond).String()
+		}
+		mif := strconv.Itoa(r.MaxInFlight)
+		if !r.Applied {
+			mif += " (not in CRD)"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %.1f | %.1f | %.1f | %.2f | %.0f | %.0f | %.3f | %.2f |\n",
+			lat, r.Actions, r.Reconciles, mif, r.Runs, r.ActionsPerS, r.RawPerS, r.BoundPerS, r.Ratio, r.P50Ms, r.P99Ms,
+			r.ConflictsPerAction, r.ManagerCPUms)
+	}
+	return b.String()
+}
+
+// writeLatencyTable writes the table beside the JSON report (bin/bench/result.json ->
+// bin/bench/result-dest-latency.md), free of the test log's indentation, and returns its path.
+func writeLatencyTable(jsonPath, table string) (string, error) {
+	p := strings.TrimSuffix(jsonPath, ".json") + "-dest-latency.md"
+	if err := os.WriteFile(p, []byte(table), 0o600); err != nil { //nolint:gosec // BENCH_OUT is the user's own choice
+		return "", fmt.Errorf("writing %s: %w", p, err)
+	}
+	return p, nil
+}
+
+// TestDestLatencyKnobs checks the knob parsing, the bound and the markdown table (no control plane).
+func TestDestLatencyKnobs(t *testing.T) {
+	got, err := parseLatencies(" 0, 200 ,1000", []int{0})
+	if err != nil || fmt.Sprint(got) != "[0 200 1000]" {
+		t.Fatalf("parseLatencies: %v, %v", got, err)
+	}
+	if got, err := parseLatencies("", []int{7}); err != nil || fmt.Sprint(got) != "[7]" {
+		t.Fatalf("empty knob: %v, %v; want the default", got, err)
+	}
+	for _, bad := range []string{"-1", "200ms", "0,,1", "200,200"} {
+		if _, err := parseLatencies(bad, nil); err == nil {
+			t.Errorf("parseLatencies(%q) accepted", bad)
+		}
+	}
+
+	if b := bound(150, 256, 0); b != 150 {
+		t.Errorf("bound at latency 0 = %v, want the raw rate", b)
+	}
+	if b := bound(150, 256, time.Second); b != 150 {
+		t.Errorf("bound(150, 256, 1s) = %v, want the raw rate (256/s is above it)", b)
+	}
+	if b := bound(150, 16, 200*time.Millisecond); b != 80 {
+		t.Errorf("bound(150, 16, 200ms) = %v, want 80 (maxInFlight / latency)", b)
+	}
+
+	runs := []Run{
+		{Actions: 10, Reconciles: 16, MaxInFlight: 16, ActionsPerSecond: 40, RawPerSecond: 150,
+			LatencyMs: map[string]float64{"p50": 210, "p99": 400}, Writes: Writes{ConflictsAll: 0.5}, CPUms: CPU{Manager: 3}},
+		{Actions: 10, Reconciles: 16, MaxInFlight: 16, ActionsPerSecond: 60, RawPerSecond: 150,
+			LatencyMs: map[string]float64{"p50": 230, "p99": 600}, Writes: Writes{ConflictsAll: 0.1}, CPUms: CPU{Manager: 5}},
+	}
+	r := latencyRow(200, 16, runs)
+	if r.Runs != 2 || r.ActionsPerS != 50 || r.BoundPerS != 80 || r.Ratio != 0.625 || r.P99Ms != 500 ||
+		r.ConflictsPerAction != 0.3 || r.ManagerCPUms != 4 || !r.Applied {
+		t.Fatalf("latencyRow = %+v", r)
+	}
+	table := latencyTable([]LatencyRow{r, latencyRow(0, 256, runs[:1])})
+	for _, want := range []string{
+		"| destination latency |", "| 200ms | 10 | 16 | 16 | 2 | 50.0 | 150.0 | 80.0 | 0.62 | 220 | 500 | 0.300 | 4.00 |",
+		"| 0 | 10 | 16 | 256 | 1 | 40.0 | 150.0 | 150.0 | 0.27 |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	if r := latencyRow(0, 256, []Run{{Actions: 1, ActionsPerSecond: 1, RawPerSecond: 1}}); r.Applied ||
+		!strings.Contains(latencyTable([]LatencyRow{r}), "256 (not in CRD)") {
+		t.Errorf("a run without maxInFlight must show it was not applied: %+v", r)
+	}
+}
