@@ -100,8 +100,8 @@ func crdHasMaxInFlight(e *envtestutil.Env) (bool, error) {
 
 // createBenchDestination creates Destination name at url in ns as an unstructured object, so the bench
 // builds before the API type has spec.concurrency. It returns the maxInFlight the API server kept (0 when
-// the CRD has no such field, or pruned or refused it: each is logged as a note, and the Destination is
-// then created without it).
+// the CRD has no such field, or pruned or refused it, for example above the CRD's maximum: each is logged
+// once as a note, and the Destination is then created without it).
 func createBenchDestination(t *testing.T, e *envtestutil.Env, ns, name, url string, d benchDest) int {
 	t.Helper()
 	ctx := context.Background()
@@ -125,7 +125,7 @@ func createBenchDestination(t *testing.T, e *envtestutil.Env, ns, name, url stri
 		t.Fatal(err)
 	}
 	if !has {
-		t.Logf("note: the Destination CRD has no spec.concurrency.maxInFlight; BENCH_MAX_IN_FLIGHT=%d not applied", d.MaxInFlight)
+		noteOnce(t, fmt.Sprintf("note: the Destination CRD has no spec.concurrency.maxInFlight; BENCH_MAX_IN_FLIGHT=%d not applied", d.MaxInFlight))
 		if err := e.Client.Create(ctx, u); err != nil {
 			t.Fatalf("creating Destination: %v", err)
 		}
@@ -136,7 +136,7 @@ func createBenchDestination(t *testing.T, e *envtestutil.Env, ns, name, url stri
 		t.Fatal(err)
 	}
 	if err := e.Client.Create(ctx, with); err != nil {
-		t.Logf("note: the API server refused spec.concurrency.maxInFlight=%d (%v); created the Destination without it", d.MaxInFlight, err)
+		noteOnce(t, fmt.Sprintf("note: the API server refused spec.concurrency.maxInFlight=%d (%v); created the Destination without it", d.MaxInFlight, err))
 		if err := e.Client.Create(ctx, u); err != nil {
 			t.Fatalf("creating Destination: %v", err)
 		}
@@ -144,10 +144,20 @@ func createBenchDestination(t *testing.T, e *envtestutil.Env, ns, name, url stri
 	}
 	kept, found, _ := unstructured.NestedInt64(with.Object, "spec", "concurrency", "maxInFlight")
 	if !found {
-		t.Logf("note: the API server pruned spec.concurrency.maxInFlight; BENCH_MAX_IN_FLIGHT=%d not applied", d.MaxInFlight)
+		noteOnce(t, fmt.Sprintf("note: the API server pruned spec.concurrency.maxInFlight; BENCH_MAX_IN_FLIGHT=%d not applied", d.MaxInFlight))
 		return 0
 	}
 	return int(kept)
+}
+
+// notes holds the notes already logged, so each is logged once per test binary and not once per run.
+var notes sync.Map
+
+func noteOnce(t *testing.T, msg string) {
+	t.Helper()
+	if _, seen := notes.LoadOrStore(msg, true); !seen {
+		t.Log(msg)
+	}
 }
 
 // managerFlags detects, once per test binary, whether the manager has --max-in-flight (from its -help).
@@ -232,7 +242,7 @@ func latencyTable(rows []LatencyRow) string {
 		}
 		mif := strconv.Itoa(r.MaxInFlight)
 		if !r.Applied {
-			mif += " (not in CRD)"
+			mif += " (not applied)"
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %.1f | %.1f | %.1f | %.2f | %.0f | %.0f | %.3f | %.2f |\n",
 			lat, r.Actions, r.Reconciles, mif, r.Runs, r.ActionsPerS, r.RawPerS, r.BoundPerS, r.Ratio, r.P50Ms, r.P99Ms,
@@ -297,7 +307,7 @@ func TestDestLatencyKnobs(t *testing.T) {
 		}
 	}
 	if r := latencyRow(0, 256, []Run{{Actions: 1, ActionsPerSecond: 1, RawPerSecond: 1}}); r.Applied ||
-		!strings.Contains(latencyTable([]LatencyRow{r}), "256 (not in CRD)") {
+		!strings.Contains(latencyTable([]LatencyRow{r}), "256 (not applied)") {
 		t.Errorf("a run without maxInFlight must show it was not applied: %+v", r)
 	}
 }
