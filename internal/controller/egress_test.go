@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,28 +21,14 @@ import (
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
 
-// countingListener counts accepted connections: a dial the egress policy denies never reaches Accept.
-type countingListener struct {
-	net.Listener
-	accepted atomic.Int64
-}
-
-func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.accepted.Add(1)
-	}
-	return c, err
-}
-
 // countedDestination starts the recording destination on 127.0.0.1 behind a counting listener.
-func countedDestination(t *testing.T) (*destination.Server, *countingListener, string) {
+func countedDestination(t *testing.T) (*destination.Server, *destination.CountingListener, string) {
 	t.Helper()
 	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := &countingListener{Listener: l}
+	cl := &destination.CountingListener{Listener: l}
 	s := destination.New(destination.Options{})
 	ts := httptest.NewUnstartedServer(s)
 	ts.Listener = cl
@@ -113,7 +98,7 @@ func TestEgressDeniedThenAllowed(t *testing.T) {
 			t.Errorf("attemptHistory[%d] = %s, want errorClass EgressDenied, result NotSent", i, envtestutil.JSON(h))
 		}
 	}
-	if n := l.accepted.Load(); n != 0 || srv.Summary().Requests != 0 {
+	if n := l.Accepted(); n != 0 || srv.Summary().Requests != 0 {
 		t.Fatalf("the denied destination accepted %d connections and %d requests, want 0", n, srv.Summary().Requests)
 	}
 	stop()

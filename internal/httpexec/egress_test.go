@@ -8,34 +8,20 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/actionledger/actionledger/internal/egress"
+	"github.com/actionledger/actionledger/test/destination"
 )
 
-// countingListener counts accepted connections: a denied dial must not even reach Accept.
-type countingListener struct {
-	net.Listener
-	accepted atomic.Int64
-}
-
-func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.accepted.Add(1)
-	}
-	return c, err
-}
-
 // countingServer serves 200 on addr ("127.0.0.2:0") and counts accepted connections and requests.
-func countingServer(t *testing.T, addr string, tlsServer bool) (*httptest.Server, *countingListener, *seen) {
+func countingServer(t *testing.T, addr string, tlsServer bool) (*httptest.Server, *destination.CountingListener, *seen) {
 	t.Helper()
 	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Skipf("cannot listen on %s: %v", addr, err)
 	}
-	cl := &countingListener{Listener: l}
+	cl := &destination.CountingListener{Listener: l}
 	s := &seen{}
 	srv := httptest.NewUnstartedServer(recordingHandler(s, func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
@@ -68,13 +54,13 @@ func port(t *testing.T, srv *httptest.Server) string {
 	return p
 }
 
-func assertDenied(t *testing.T, res Result, l *countingListener, s *seen, addr string) {
+func assertDenied(t *testing.T, res Result, l *destination.CountingListener, s *seen, addr string) {
 	t.Helper()
 	if res.ErrorClass != ClassEgressDenied || res.Written || res.Response != nil {
 		t.Fatalf("result class %q written %v response %v err %v, want EgressDenied, not written",
 			res.ErrorClass, res.Written, res.Response != nil, res.Err)
 	}
-	if n := l.accepted.Load(); n != 0 {
+	if n := l.Accepted(); n != 0 {
 		t.Errorf("the denied listener accepted %d connections, want 0", n)
 	}
 	if n := s.count(); n != 0 {
@@ -105,8 +91,8 @@ func TestEgressDeniedListenerGetsNothing(t *testing.T) {
 			t.Fatalf("allowed 127.0.0.2: %+v", res)
 		}
 	}
-	if al.accepted.Load() == 0 || as.count() != 2 {
-		t.Errorf("allowed listener: %d connections, %d requests, want >0 and 2", al.accepted.Load(), as.count())
+	if al.Accepted() == 0 || as.count() != 2 {
+		t.Errorf("allowed listener: %d connections, %d requests, want >0 and 2", al.Accepted(), as.count())
 	}
 }
 
@@ -165,7 +151,7 @@ func TestEgressDialContext(t *testing.T) {
 	if !egress.IsDenied(err) {
 		t.Errorf("DialContext error %v is not an egress denial", err)
 	}
-	if n := l.accepted.Load(); n != 0 {
+	if n := l.Accepted(); n != 0 {
 		t.Errorf("listener accepted %d connections, want 0", n)
 	}
 	// The policy is the executor's: allowing 127.0.0.1 lets the same dial through.
@@ -185,13 +171,13 @@ func TestEgressAPIServerAddressesTakeEffect(t *testing.T) {
 	if res := e.Execute(context.Background(), Request{URL: srv.URL, Timeout: testTimeout}, 0); res.Err != nil {
 		t.Fatalf("before SetAPIServer: %v", res.Err)
 	}
-	before := l.accepted.Load()
+	before := l.Accepted()
 	p.SetAPIServer([]netip.Addr{netip.MustParseAddr("127.0.0.2")})
 	res := e.Execute(context.Background(), Request{URL: srv.URL, Timeout: testTimeout}, 0)
 	if res.ErrorClass != ClassEgressDenied || res.Written {
 		t.Fatalf("after SetAPIServer: class %q written %v, want EgressDenied", res.ErrorClass, res.Written)
 	}
-	if l.accepted.Load() != before || s.count() != 1 {
-		t.Errorf("connections %d -> %d, requests %d: the API server address was reached", before, l.accepted.Load(), s.count())
+	if l.Accepted() != before || s.count() != 1 {
+		t.Errorf("connections %d -> %d, requests %d: the API server address was reached", before, l.Accepted(), s.count())
 	}
 }

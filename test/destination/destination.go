@@ -56,6 +56,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -639,3 +640,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func EffectsURL(base, key string) string {
 	return strings.TrimSuffix(base, "/") + "/effects?key=" + url.QueryEscape(key)
 }
+
+// CountingListener counts the connections it accepts. A dial that the manager's egress policy denies is
+// refused before connect, so it never reaches Accept: tests compare Accepted with the requests they expect.
+type CountingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+// Accept accepts the next connection and counts it.
+func (l *CountingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// Accepted is the number of connections accepted so far.
+func (l *CountingListener) Accepted() int64 { return l.accepted.Load() }
