@@ -196,7 +196,7 @@ func New[R any](opts Options[R]) (*Dispatcher[R], error) {
 	if d.clock == nil {
 		d.clock = clock.RealClock{}
 	}
-	d.runCtx, d.cancelRuns = context.WithCancel(context.Background())
+	d.runCtx, d.cancelRuns = context.WithCancel(context.Background()) //nolint:gosec // G118: cancelRuns is called when the grace ends (Start)
 	return d, nil
 }
 
