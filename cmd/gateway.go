@@ -24,8 +24,10 @@ func gatewayCmd(args []string, stderr io.Writer) int {
 	var forward string
 	var qps float64
 	var burst int
-	fs.StringVar(&o.BindAddress, "bind-address", ":8443", "The address the gateway listens on (HTTPS).")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8444", "The address /metrics listens on "+
+	fs.StringVar(&o.BindAddress, "bind-address", ":9443", "The address the gateway listens on (HTTPS).")
+	fs.StringVar(&o.ProbeAddress, "health-probe-bind-address", ":8081",
+		"The address /healthz and /readyz listen on (plain HTTP, no authentication). 0 disables it.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", "The address /metrics listens on "+
 		"(HTTPS, or HTTP with --insecure-listen; callers need get on the non-resource URL /metrics). 0 disables it.")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", "", "Serving certificate (PEM), reloaded when the file changes.")
 	fs.StringVar(&o.TLSKeyFile, "tls-key-file", "", "Serving key (PEM).")

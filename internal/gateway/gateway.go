@@ -124,17 +124,25 @@ type target struct {
 	action    string // status route: the action's name
 }
 
-func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
+// probe answers /healthz (the process serves) and /readyz (the informer cache has synced).
+func (g *Gateway) probe(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/healthz":
 		_, _ = io.WriteString(w, "ok")
-		return
 	case "/readyz":
 		if !g.ready() {
 			http.Error(w, "informers not synced", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok")
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		g.probe(w, r)
 		return
 	}
 	t, p := parseRoute(r.URL)

@@ -26,8 +26,11 @@ import (
 // RunOptions configure Run.
 type RunOptions struct {
 	Options
-	// BindAddress is the gateway's listen address (e.g. ":8443").
+	// BindAddress is the gateway's listen address (e.g. ":9443").
 	BindAddress string
+	// ProbeAddress serves /healthz and /readyz over plain HTTP, without authentication, for the kubelet;
+	// "0" or "" disables it (the API listener answers them too).
+	ProbeAddress string
 	// MetricsBindAddress serves /metrics (authenticated and authorized like the API: "get" on the
 	// non-resource URL /metrics); "0" or "" disables it.
 	MetricsBindAddress string
@@ -173,6 +176,17 @@ func Run(ctx context.Context, cfg *rest.Config, o RunOptions) error {
 		metricsAddr = ml.Addr()
 		servers = append(servers, newServer(g.metricsHandler(o.Metrics), 30*time.Second))
 		listeners = append(listeners, ml)
+	}
+	if o.ProbeAddress != "" && o.ProbeAddress != "0" {
+		pl, err := (&net.ListenConfig{}).Listen(ctx, "tcp", o.ProbeAddress)
+		if err != nil {
+			for _, l := range listeners {
+				_ = l.Close()
+			}
+			return fmt.Errorf("listening on %s: %w", o.ProbeAddress, err)
+		}
+		servers = append(servers, newServer(http.HandlerFunc(g.probe), 10*time.Second))
+		listeners = append(listeners, pl)
 	}
 	errs := make(chan error, len(servers))
 	for i, s := range servers {
