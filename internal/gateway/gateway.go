@@ -346,9 +346,18 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 
 	xa := &actionsv1alpha1.ExternalAction{}
 	if err := g.cache.Get(ctx, obj, xa); err == nil {
-		if g.authorize(w, r, u, "get", obj.Namespace, obj.Name) {
-			g.repeat(w, xa, fp)
+		if !g.authorize(w, r, u, "get", obj.Namespace, obj.Name) {
+			return
 		}
+		if !xa.Status.Phase.Terminal() {
+			// The cache may lag behind the outcome another replica has already seen: read once, live, before
+			// answering 409 (a read per repeat while in progress, never a poll).
+			live := &actionsv1alpha1.ExternalAction{}
+			if err := g.client.Get(ctx, obj, live); err == nil {
+				xa = live
+			}
+		}
+		g.repeat(w, xa, fp)
 		return
 	}
 	ts := &actionsv1alpha1.ActionTombstone{}
