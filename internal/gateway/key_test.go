@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 func TestParseKey(t *testing.T) {
@@ -103,6 +105,27 @@ func TestWaitPreference(t *testing.T) {
 			got, applied := WaitPreference(c.values, def, limit)
 			if got != c.want || applied != c.applied {
 				t.Fatalf("WaitPreference(%q) = %s, %v; want %s, %v", c.values, got, applied, c.want, c.applied)
+			}
+		})
+	}
+}
+
+func TestRunRefusesUnsafeListeners(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    RunOptions
+		want string
+	}{
+		{"plain HTTP on every interface", RunOptions{Insecure: true, BindAddress: ":9443"}, "loopback"},
+		{"plain HTTP on a non-loopback address", RunOptions{Insecure: true, BindAddress: "192.0.2.1:9443"}, "loopback"},
+		{"TLS without files", RunOptions{BindAddress: "127.0.0.1:0"}, "--tls-cert-file"},
+		{"TLS with missing files", RunOptions{BindAddress: "127.0.0.1:0", TLSCertFile: "/nonexistent.crt",
+			TLSKeyFile: "/nonexistent.key"}, "serving certificate"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := Run(t.Context(), &rest.Config{Host: "https://127.0.0.1:1"}, c.o)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Run: %v, want an error about %s", err, c.want)
 			}
 		})
 	}
