@@ -40,6 +40,7 @@ func gatewayCmd(args []string, stderr io.Writer) int {
 		"ExternalAction's spec.request.headers (and so its fingerprint). Default none.")
 	fs.DurationVar(&o.AuthCacheTTL, "auth-cache-ttl", 10*time.Second,
 		"How long TokenReview and allowed SubjectAccessReview decisions are cached; denials a fifth of it.")
+	fs.BoolVar(&o.EnableHTTP2, "enable-http2", false, "Offer HTTP/2 over TLS (off by default, as for the manager).")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 15*time.Second, "How long open requests may finish on SIGTERM.")
 	fs.Float64Var(&qps, "kube-api-qps", 100, "Queries per second to the Kubernetes API server.")
 	fs.IntVar(&burst, "kube-api-burst", 200, "Burst of queries to the Kubernetes API server.")

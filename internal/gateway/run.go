@@ -43,6 +43,9 @@ type RunOptions struct {
 	// AuthCacheTTL is how long TokenReview and allowed SubjectAccessReview decisions are cached (default 10s);
 	// denials are cached for a fifth of it.
 	AuthCacheTTL time.Duration
+	// EnableHTTP2 offers HTTP/2 over TLS; off by default, as for the manager's metrics server (kubebuilder's
+	// default since the HTTP/2 stream-reset attacks, CVE-2023-44487 and CVE-2023-39325).
+	EnableHTTP2 bool
 	// ShutdownGrace is how long open requests may finish after ctx ends (default 15s).
 	ShutdownGrace time.Duration
 	// Ready, when set, is called with the listen addresses once the gateway serves.
@@ -113,7 +116,10 @@ func Run(ctx context.Context, cfg *rest.Config, o RunOptions) error {
 			}
 		}()
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cw.GetCertificate,
-			NextProtos: []string{"h2", "http/1.1"}}
+			NextProtos: []string{"http/1.1"}}
+		if o.EnableHTTP2 {
+			tlsCfg.NextProtos = []string{"h2", "http/1.1"}
+		}
 	}
 	authnCfg, authz, err := Delegating(cfg, o.AuthCacheTTL)
 	if err != nil {
