@@ -234,18 +234,23 @@ func (g *Gateway) authenticate(w http.ResponseWriter, r *http.Request) (user.Inf
 	return res.User, true
 }
 
-// authorize checks verb on externalactions in namespace (name for get), or answers 403 (503 when the check
-// itself failed).
+// authorize checks verb on externalactions in namespace (and name, for get), or answers 403 (503 when the
+// check itself failed).
 func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, u user.Info, verb, namespace, name string) bool {
 	attrs := authorizer.AttributesRecord{
 		User: u, Verb: verb, Namespace: namespace, Name: name, ResourceRequest: true,
 		APIGroup: actionsv1alpha1.GroupVersion.Group, APIVersion: actionsv1alpha1.GroupVersion.Version,
 		Resource: "externalactions",
 	}
-	if verb == "create" {
-		attrs.Name = ""
-	}
+	// First without the name: a namespace-wide decision is cached once for every key (a replay then needs no
+	// API call); only a denial asks again with the name, so that a Role limited by resourceNames still counts.
+	// A create is never named (RBAC cannot restrict create by name).
+	attrs.Name = ""
 	d, _, err := g.opts.Authorizer.Authorize(r.Context(), attrs)
+	if d != authorizer.DecisionAllow && verb != "create" && name != "" {
+		attrs.Name = name
+		d, _, err = g.opts.Authorizer.Authorize(r.Context(), attrs)
+	}
 	if d == authorizer.DecisionAllow {
 		return true
 	}

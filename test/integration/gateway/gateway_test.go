@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -325,6 +326,25 @@ func TestAuthorization(t *testing.T) {
 	if a := do(t, req{path: "/v1/namespaces/" + ns + "/destinations/shop/charges", key: "mine-1", body: `{}`, token: reader}); a.status != http.StatusCreated ||
 		a.header.Get(gateway.HeaderReplayed) != "true" {
 		t.Errorf("get-only caller repeating: %d %v, want the replay", a.status, a.header)
+	}
+	// A Role limited by resourceNames is honoured: the namespace-wide check is denied, the named one allowed.
+	named := caller(t, ns, "named")
+	if err := env.Client.Create(context.Background(), &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "named"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{actionsv1alpha1.GroupVersion.Group}, Resources: []string{"externalactions"},
+			Verbs: []string{"get"}, ResourceNames: []string{"mine-1"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(context.Background(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "named"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "named"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "named", Namespace: ns}}}); err != nil {
+		t.Fatal(err)
+	}
+	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("a resourceNames Role to allow the repeat"), func() bool {
+		a := do(t, req{path: "/v1/namespaces/" + ns + "/destinations/shop/charges", key: "mine-1", body: `{}`, token: named})
+		return a.status == http.StatusCreated && a.header.Get(gateway.HeaderReplayed) == "true"
+	})
+	if a := do(t, req{method: http.MethodGet, path: "/v1/namespaces/" + ns + "/actions/other-1", token: named}); a.status != http.StatusForbidden {
+		t.Errorf("a name outside resourceNames: %d, want 403", a.status)
 	}
 	if a := do(t, req{method: http.MethodGet, path: "/v1/namespaces/" + ns + "/actions/mine-1", token: reader}); a.status != http.StatusOK {
 		t.Errorf("status resource for a reader: %d", a.status)
