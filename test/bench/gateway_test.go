@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,11 +41,15 @@ type GatewayResult struct {
 	Load             string  `json:"loadavg"`
 }
 
-// TestBenchmarkGateway measures the gateway (run by `make bench` with the other parts; BENCH_GATEWAY_ACTIONS
+// TestBenchmarkGateway measures the gateway (BENCH_PARTS part "gateway", run by `make bench` with the other
+// parts; BENCH_GATEWAY_ACTIONS
 // sets its size, BENCH_CREATORS its concurrent clients): first-request latency p50/p99 at a fast
 // destination, replay p50/p99 (target: p99 under 10 ms), and the gateway's first requests per second as a
 // ratio to the manager's own throughput in the same run. The quick variant (make test) proves it runs.
 func TestBenchmarkGateway(t *testing.T) {
+	if parts := os.Getenv("BENCH_PARTS"); parts != "" && !slices.Contains(strings.Split(parts, ","), "gateway") {
+		t.Skipf("BENCH_PARTS=%s does not include gateway", parts)
+	}
 	full := os.Getenv("BENCH_FULL") != ""
 	n := intEnv("BENCH_GATEWAY_ACTIONS", map[bool]int{true: 1000, false: 20}[full])
 	creators := intEnv("BENCH_CREATORS", map[bool]int{true: 16, false: 4}[full])
