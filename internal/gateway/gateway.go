@@ -393,7 +393,17 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 		}
 		live := &actionsv1alpha1.ExternalAction{}
 		if err := g.client.Get(ctx, obj, live); err != nil {
+			if apierrors.IsNotFound(err) {
+				// Collected between the create and the read: its tombstone (written before the object went)
+				// answers, else the client tries again.
+				ts := &actionsv1alpha1.ActionTombstone{}
+				if err := g.client.Get(ctx, obj, ts); err == nil && g.opts.Now().Before(ts.Spec.ExpiresAt.Time) {
+					g.tombstone(w, ts, fp)
+					return
+				}
+			}
 			log.Error(err, "Reading the ExternalAction that holds the key")
+			w.Header().Set("Retry-After", "1")
 			writeProblem(w, problem(http.StatusServiceUnavailable, "api-unavailable",
 				"the key's action could not be read", "try again"))
 			return
