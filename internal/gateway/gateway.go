@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
@@ -280,8 +281,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			writeProblem(w, problem(http.StatusRequestEntityTooLarge, "body-too-large", "the body is too large",
 				fmt.Sprintf("request bodies are at most %d bytes (64 KiB)", MaxBodyBytes)))
 			return nil, false
@@ -552,9 +552,7 @@ func (g *Gateway) await(w http.ResponseWriter, r *http.Request, obj types.Namesp
 
 // writeAnswer writes a.
 func writeAnswer(w http.ResponseWriter, a Answer) {
-	for k, v := range a.Header {
-		w.Header()[k] = v
-	}
+	maps.Copy(w.Header(), a.Header)
 	if a.Problem != nil {
 		writeProblem(w, *a.Problem)
 		return

@@ -95,31 +95,9 @@ func Run(ctx context.Context, cfg *rest.Config, o RunOptions) error {
 		o.ShutdownGrace = 15 * time.Second
 	}
 	log := o.Log
-	var tlsCfg *tls.Config
-	if o.Insecure {
-		host, _, err := net.SplitHostPort(o.BindAddress)
-		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			return fmt.Errorf("--insecure-listen serves plain HTTP and needs a loopback bind address (e.g. "+
-				"127.0.0.1:8443), not %q", o.BindAddress)
-		}
-	} else {
-		if o.TLSCertFile == "" || o.TLSKeyFile == "" {
-			return errors.New("--tls-cert-file and --tls-key-file are required (or --insecure-listen for a local test)")
-		}
-		cw, err := certwatcher.New(o.TLSCertFile, o.TLSKeyFile)
-		if err != nil {
-			return fmt.Errorf("loading the serving certificate: %w", err)
-		}
-		go func() {
-			if err := cw.Start(ctx); err != nil {
-				log.Error(err, "Certificate watcher stopped")
-			}
-		}()
-		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cw.GetCertificate,
-			NextProtos: []string{"http/1.1"}}
-		if o.EnableHTTP2 {
-			tlsCfg.NextProtos = []string{"h2", "http/1.1"}
-		}
+	tlsCfg, err := serverTLS(ctx, o)
+	if err != nil {
+		return err
 	}
 	authnCfg, authz, err := Delegating(cfg, o.AuthCacheTTL)
 	if err != nil {
@@ -219,6 +197,35 @@ func Run(ctx context.Context, cfg *rest.Config, o RunOptions) error {
 		_ = s.Shutdown(sctx)
 	}
 	return runErr
+}
+
+// serverTLS returns the listeners' TLS configuration (nil with Insecure, which it allows on loopback only).
+func serverTLS(ctx context.Context, o RunOptions) (*tls.Config, error) {
+	if o.Insecure {
+		host, _, err := net.SplitHostPort(o.BindAddress)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("--insecure-listen serves plain HTTP and needs a loopback bind address (e.g. "+
+				"127.0.0.1:9443), not %q", o.BindAddress)
+		}
+		return nil, nil
+	}
+	if o.TLSCertFile == "" || o.TLSKeyFile == "" {
+		return nil, errors.New("--tls-cert-file and --tls-key-file are required (or --insecure-listen for a local test)")
+	}
+	cw, err := certwatcher.New(o.TLSCertFile, o.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading the serving certificate: %w", err)
+	}
+	go func() {
+		if err := cw.Start(ctx); err != nil {
+			o.Log.Error(err, "Certificate watcher stopped")
+		}
+	}()
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cw.GetCertificate, NextProtos: []string{"http/1.1"}}
+	if o.EnableHTTP2 {
+		cfg.NextProtos = []string{"h2", "http/1.1"}
+	}
+	return cfg, nil
 }
 
 // MaxWaitOrDefault is MaxWait, or DefaultMaxWait when unset.
