@@ -466,6 +466,7 @@ func (g *Gateway) repeat(w http.ResponseWriter, xa *actionsv1alpha1.ExternalActi
 	}
 	w.Header().Set("Retry-After", RetryAfter(xa, g.opts.Now()))
 	w.Header().Set(HeaderAction, p.Instance)
+	w.Header().Set(HeaderPhase, p.Phase)
 	writeProblem(w, p)
 }
 
@@ -481,7 +482,11 @@ func keyReused(namespace, name, phase string) Answer {
 		"this Idempotency-Key was used with another method, path, forwarded headers or body; use a new key "+
 			"for a new request")
 	p.Instance, p.Phase, p.Reason = StatusPath(namespace, name), phase, actionsv1alpha1.ReasonFingerprintConflict
-	return Answer{Status: p.Status, Problem: &p}
+	h := http.Header{HeaderAction: {p.Instance}}
+	if phase != "" {
+		h.Set(HeaderPhase, phase)
+	}
+	return Answer{Status: p.Status, Problem: &p, Header: h}
 }
 
 // tombstone answers a request whose key's object was collected.

@@ -67,6 +67,9 @@ func TestAnswerTable(t *testing.T) {
 		if a.status != http.StatusUnprocessableEntity {
 			t.Fatalf("changed body: %d %s, want 422", a.status, a.body)
 		}
+		if a.header.Get(gateway.HeaderAction) != "/v1/namespaces/"+ns+"/actions/order-1" || a.header.Get(gateway.HeaderPhase) != "Succeeded" {
+			t.Errorf("422 headers %v", a.header)
+		}
 		if p := a.problem(t); p.Type != gateway.ProblemTypePrefix+"key-reused" || p.Reason != "FingerprintConflict" || p.Phase != "Succeeded" {
 			t.Errorf("problem %+v", p)
 		}
