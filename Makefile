@@ -224,20 +224,12 @@ kubebuilder: $(KUBEBUILDER) ## Download kubebuilder locally if necessary.
 $(KUBEBUILDER): | $(LOCALBIN)
 	$(call go-install-tool,$(KUBEBUILDER),sigs.k8s.io/kubebuilder/v4,$(KUBEBUILDER_VERSION))
 
-# helm-chart runs kubebuilder's helm/v2-alpha plugin in a scratch directory on the kustomize render of
-# config/default, so that it neither runs 'make build-installer' (which edits config/manager) nor adds its
-# Makefile targets and CI workflow here; only the hand-kept Chart.yaml and values.yaml go in first, and
-# every template comes back regenerated (a template config/ no longer produces disappears). test/integration/ecosystem/helm_test.go fails on drift.
+# helm-chart regenerates dist/chart from the kustomize render of config/default with kubebuilder's helm/v2-alpha
+# plugin, in a scratch directory (hack/helm-chart.sh says how and what is kept by hand).
+# test/integration/ecosystem/helm_test.go fails on drift.
 .PHONY: helm-chart
 helm-chart: manifests kustomize kubebuilder ## Regenerate the Helm chart in dist/chart from config/ (kubebuilder helm/v2-alpha).
-	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
-	cp PROJECT "$$tmp/" && mkdir -p "$$tmp/dist" && \
-	"$(KUSTOMIZE)" build config/default > "$$tmp/install.yaml" && \
-	mkdir -p "$$tmp/dist/chart" && for f in Chart.yaml values.yaml; do \
-		if [ -f "dist/chart/$$f" ]; then cp "dist/chart/$$f" "$$tmp/dist/chart/"; fi; done && \
-	( cd "$$tmp" && "$(KUBEBUILDER)" edit --plugins=helm/v2-alpha --manifests=install.yaml --output-dir=dist ) && \
-	mkdir -p dist && rm -rf dist/chart && cp -R "$$tmp/dist/chart" dist/chart && \
-	echo "dist/chart regenerated from config/default"
+	KUSTOMIZE="$(KUSTOMIZE)" KUBEBUILDER="$(KUBEBUILDER)" hack/helm-chart.sh dist
 
 # go-install-tool will 'go install' any package with custom target and name of binary, if it doesn't exist
 # $1 - target path with name of binary

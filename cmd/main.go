@@ -47,6 +47,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "fingerprint" {
 		os.Exit(fingerprintCmd(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "gateway" {
+		os.Exit(gatewayCmd(os.Args[2:], os.Stderr))
+	}
 	os.Exit(run())
 }
 
@@ -95,6 +98,7 @@ func run() int {
 		_, _ = fmt.Fprintf(out, "Usage:\n"+
 			"  %[1]s [flags]                     run the manager\n"+
 			"  %[1]s fingerprint -f action.yaml  print the fingerprint the controller computes for a manifest\n"+
+			"  %[1]s gateway [flags]             run the HTTP gateway (docs/gateway.md; -h lists its flags)\n"+
 			"\nFlags:\n", os.Args[0])
 		flag.PrintDefaults()
 	}
