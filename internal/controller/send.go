@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -177,8 +178,11 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 		log.FromContext(ctx).Info("post-check not sent: its path leaves the destination's base path", "attempt", attempt,
 			"reason", actionsv1alpha1.ReasonPathOutsideBase, "error", joinErr.Error())
 	} else {
+		if err := r.loadCredentials(ctx, dest); err != nil {
+			return r.waitOnDestination(ctx, xa, err, env)
+		}
 		if ok, wait, reason := r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, key, true, env.Now); !ok {
-			metrics.Delayed.WithLabelValues(dest.ID, string(reason)).Inc()
+			metrics.Delayed.WithLabelValues(dest.ID, limiterReason(reason)).Inc()
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 		h := http.Header{}
@@ -212,7 +216,8 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 	}
 	log.FromContext(ctx).V(1).Info("post-check", "attempt", attempt, "verdict", verdict)
 	env.Now = r.Clock.Now()
-	for range 5 {
+	backoff := statusWriteBackoff
+	for backoff.Steps > 0 {
 		next, ok := ledger.RecordCheck(&xa.Status, attempt, verdict, rec, env)
 		if !ok {
 			return ctrl.Result{}, nil
@@ -231,8 +236,16 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 			// Asking again would only repeat the post-check; a person must look (the event says why).
 			return ctrl.Result{}, r.refused(xa, fmt.Sprintf("the post-check verdict %s", verdict), err)
 		}
-		if ignoreConflict(err) != nil {
-			return ctrl.Result{}, err
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		if !apierrors.IsConflict(err) {
+			// Unavailable: wait a step and write the same verdict again (asking again would repeat the check).
+			if serr := sleepStep(ctx, &backoff); serr != nil {
+				return ctrl.Result{}, fmt.Errorf("recording the post-check verdict %s: %w", verdict, err)
+			}
+		} else {
+			backoff.Steps--
 		}
 		fresh := &actionsv1alpha1.ExternalAction{}
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(xa), fresh); err != nil {
