@@ -49,6 +49,9 @@ type pendingOutcome struct {
 	claimedAt time.Time
 	// pauseCap bounds a Retry-After pause of the destination (its deadline).
 	pauseCap time.Duration
+	// abandoned: the send was cut because the shutdown grace ended (not by its own deadline). Its outcome
+	// is not recorded: the claim is left open and follows DESIGN rule 3 after a restart.
+	abandoned bool
 }
 
 // waitForRoom marks the action as waiting for room at its destination (reason ConcurrencyLimited; written
@@ -91,7 +94,11 @@ func (r *ExternalActionReconciler) sendJob(claimed *actionsv1alpha1.ExternalActi
 			if timeout <= 0 {
 				return result(notSent(r.Clock.Now(), "ClaimExpired", "the claim had too little time left to send; nothing was sent"))
 			}
-			return result(r.send(ctx, claimed, dest, target, body, timeout, env))
+			p := result(r.send(ctx, claimed, dest, target, body, timeout, env))
+			// The dispatcher cancels (rather than lets expire) only the sends still running when the
+			// shutdown grace ends.
+			p.abandoned = errors.Is(ctx.Err(), context.Canceled)
+			return p
 		},
 		NotRun: func(err error) *pendingOutcome { return result(notRunOutcome(err, r.Clock.Now())) },
 	}
@@ -177,6 +184,11 @@ func (r *ExternalActionReconciler) deliver(c dispatch.Completion[*pendingOutcome
 		p = &pendingOutcome{attempt: c.Attempt, outcome: notRunOutcome(c.Err, r.Clock.Now())}
 	}
 	r.account(c.Destination, p)
+	if p.abandoned {
+		log.Log.WithName("dispatch").Info("a send was still running at the end of the shutdown grace; its claim is left open "+
+			"(DESIGN rule 3 after a restart)", "externalaction", c.Key, "attempt", c.Attempt)
+		return
+	}
 	r.pending.Store(c.Key, p)
 	if !c.Draining {
 		ev := event.GenericEvent{Object: &actionsv1alpha1.ExternalAction{}}
