@@ -302,21 +302,28 @@ func tighten(dest retry.Policy, destDeadline time.Duration, p *actionsv1alpha1.R
 		deadline = p.Deadline.Duration
 	}
 	if len(p.RetryOnStatus) > 0 {
-		allowed := map[int32]bool{}
-		for _, c := range dest.RetryOnStatus {
-			allowed[c] = true
-		}
-		for _, c := range p.RetryOnStatus {
-			if !allowed[c] {
-				loose = append(loose, fmt.Sprintf("retryOnStatus %d is not retried by the destination", c))
-			}
-		}
+		loose = append(loose, looserStatuses(dest.RetryOnStatus, p.RetryOnStatus)...)
 		out.RetryOnStatus = append([]int32(nil), p.RetryOnStatus...)
 	}
 	if len(loose) > 0 {
 		return dest, destDeadline, fmt.Errorf("spec.retryPolicy may only tighten the destination's policy: %s", strings.Join(loose, "; "))
 	}
 	return out, deadline, nil
+}
+
+// looserStatuses names the statuses in want that the destination's retryOnStatus (have) does not retry.
+func looserStatuses(have, want []int32) []string {
+	allowed := map[int32]bool{}
+	for _, c := range have {
+		allowed[c] = true
+	}
+	var loose []string
+	for _, c := range want {
+		if !allowed[c] {
+			loose = append(loose, fmt.Sprintf("retryOnStatus %d is not retried by the destination", c))
+		}
+	}
+	return loose
 }
 
 func limitsFor(spec *actionsv1alpha1.DestinationSpec) limiter.Limits {

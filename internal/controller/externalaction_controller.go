@@ -132,6 +132,10 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// record itself finalizes an object being deleted when the outcome cannot be written (DESIGN rule 8).
 	if v, ok := r.pending.Load(req.NamespacedName); ok {
 		p := v.(*pendingOutcome)
+		if p.check != nil {
+			p.env.Now = r.Clock.Now()
+			return r.recordCheck(ctx, xa, p)
+		}
 		return r.record(ctx, xa, p.attempt, p.outcome, p.env)
 	}
 
@@ -179,14 +183,7 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 	}
 	// The destination's retention applies to an action failed for an invalid spec too (else it is collected at once).
 	env = r.envFor(xa, dest, dest.Policy, dest.DeadlineDur, now)
-	policy, deadlineDur, err := tighten(dest.Policy, dest.DeadlineDur, xa.Spec.RetryPolicy)
-	if err != nil {
-		return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), env), dest.ID)
-	}
-	if _, err := r.successProgram(xa); err != nil {
-		return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), env), dest.ID)
-	}
-	body, err := requestBody(xa)
+	policy, deadlineDur, body, err := r.checkSpec(xa, dest)
 	if err != nil {
 		return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), env), dest.ID)
 	}
@@ -527,6 +524,22 @@ func (r *ExternalActionReconciler) envFor(xa *actionsv1alpha1.ExternalAction, de
 		env.Retention = time.Duration(*xa.Spec.TTLSecondsAfterFinished) * time.Second
 	}
 	return env
+}
+
+// checkSpec checks what the action asks against its destination: a retry policy that only tightens the
+// destination's (returned with its deadline), a compilable successWhen, and a body within bounds (returned in
+// canonical form). Any error is an InvalidSpec.
+func (r *ExternalActionReconciler) checkSpec(xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination) (
+	retry.Policy, time.Duration, []byte, error) {
+	policy, deadlineDur, err := tighten(dest.Policy, dest.DeadlineDur, xa.Spec.RetryPolicy)
+	if err != nil {
+		return policy, 0, nil, err
+	}
+	if _, err := r.successProgram(xa); err != nil {
+		return policy, 0, nil, err
+	}
+	body, err := requestBody(xa)
+	return policy, deadlineDur, body, err
 }
 
 func (r *ExternalActionReconciler) rand() func() float64 {

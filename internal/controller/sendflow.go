@@ -49,6 +49,8 @@ type pendingOutcome struct {
 	claimedAt time.Time
 	// pauseCap bounds a Retry-After pause of the destination (its deadline).
 	pauseCap time.Duration
+	// check is set for a post-check's answer (then outcome is unused).
+	check *checkResult
 	// abandoned: the send was cut because the shutdown grace ended (not by its own deadline). Its outcome
 	// is not recorded: the claim is left open and follows DESIGN rule 3 after a restart.
 	abandoned bool
@@ -183,7 +185,9 @@ func (r *ExternalActionReconciler) deliver(c dispatch.Completion[*pendingOutcome
 	if p == nil { // every job has NotRun; kept for safety
 		p = &pendingOutcome{attempt: c.Attempt, outcome: notRunOutcome(c.Err, r.Clock.Now())}
 	}
-	r.account(c.Destination, p)
+	if p.check == nil {
+		r.account(c.Destination, p)
+	}
 	if p.abandoned {
 		log.Log.WithName("dispatch").Info("a send was still running at the end of the shutdown grace; its claim is left open "+
 			"(DESIGN rule 3 after a restart)", "externalaction", c.Key, "attempt", c.Attempt)
@@ -225,7 +229,12 @@ func (r *ExternalActionReconciler) recordDirectly(key types.NamespacedName) {
 		logger.Error(err, "reading the action to record an outcome while stopping; its claim is left open")
 		return
 	}
-	if _, err := r.record(ctx, cur, p.attempt, p.outcome, p.env); err != nil {
+	record := func() (ctrl.Result, error) { return r.record(ctx, cur, p.attempt, p.outcome, p.env) }
+	if p.check != nil {
+		p.env.Now = r.Clock.Now()
+		record = func() (ctrl.Result, error) { return r.recordCheck(ctx, cur, p) }
+	}
+	if _, err := record(); err != nil {
 		logger.Error(err, "recording an outcome while stopping failed; its claim is left open")
 	}
 }
