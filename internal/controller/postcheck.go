@@ -141,6 +141,7 @@ func (r *ExternalActionReconciler) dispatchCheck(ctx context.Context, xa *action
 	}
 	if err := r.Dispatcher.Submit(job); err != nil {
 		// Stopping, or already held: nothing was asked; the next reconcile decides again.
+		log.FromContext(ctx).V(1).Info("post-check not dispatched; asking again later", "error", err.Error())
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return ctrl.Result{RequeueAfter: job.Deadline.Sub(r.Clock.Now()) + time.Second}, nil

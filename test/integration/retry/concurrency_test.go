@@ -41,7 +41,7 @@ func TestMaxInFlightBoundsConcurrentRequests(t *testing.T) {
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cd) })
 	env.StartManager(t, app.Options{})
 
-	var names [][2]string
+	names := make([][2]string, 0, 16)
 	for i := range 8 {
 		names = append(names, [2]string{nsX, fmt.Sprintf("x-%d", i)}, [2]string{nsY, fmt.Sprintf("y-%d", i)})
 	}
