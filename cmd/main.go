@@ -39,6 +39,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/fingerprint"
 )
@@ -61,6 +62,8 @@ func run() int {
 		qps                                               float64
 		burst, concurrency                                int
 		claimMargin                                       time.Duration
+		maxInFlight                                       int
+		shutdownGrace                                     time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to, "+
 		"e.g. :8443 (HTTPS) or :8080 (HTTP with --metrics-secure=false). 0 disables it.")
@@ -79,6 +82,13 @@ func run() int {
 	flag.IntVar(&concurrency, "max-concurrent-reconciles", 16, "ExternalActions reconciled (and sent) in parallel.")
 	flag.DurationVar(&claimMargin, "claim-margin", 5*time.Second,
 		"Added to a destination's timeout to form a claim's expiry.")
+	flag.IntVar(&maxInFlight, "max-in-flight", dispatch.DefaultGlobalMaxInFlight,
+		"Requests in flight to all destinations at once (each destination also has spec.concurrency.maxInFlight). "+
+			"Sends do not hold reconcile workers.")
+	flag.DurationVar(&shutdownGrace, "shutdown-grace", dispatch.DefaultShutdownGrace,
+		"On SIGTERM or loss of leadership: how long requests in flight are awaited and their outcomes recorded; "+
+			"what is still open then is left claimed (DESIGN rule 3 after a restart). Keep it below the pod's "+
+			"terminationGracePeriodSeconds minus 10s.")
 	var egressCfg egress.Config
 	cidrsFlag(&egressCfg.Allow, strings.TrimPrefix(egress.FlagAllow, "--"), "Comma-separated CIDRs that destinations "+
 		"may reach although the default egress deny set (loopback, link-local/cloud metadata, unspecified, multicast, "+
@@ -119,6 +129,7 @@ func run() int {
 	mgr, err := app.New(cfg, app.Options{
 		MetricsServer: &ms, ProbeAddr: probeAddr, LeaderElection: leaderElect, LeaderElectionNamespace: leNamespace,
 		ControllerNamespace: controllerNS, MaxConcurrentReconciles: concurrency, ClaimMargin: claimMargin,
+		MaxInFlight: maxInFlight, ShutdownGrace: shutdownGrace,
 		Egress:                    &egressCfg,
 		InsecureSkipVerifyAllowed: insecureSkipVerifyAllowed,
 	})
@@ -128,6 +139,7 @@ func run() int {
 	}
 	setupLog.Info("Starting manager",
 		"leaderElection", leaderElect, "qps", qps, "burst", burst, "concurrency", concurrency,
+		"maxInFlight", maxInFlight, "shutdownGrace", shutdownGrace,
 		"egressAllow", egressCfg.Allow, "egressDeny", egressCfg.Deny)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Failed to run manager")

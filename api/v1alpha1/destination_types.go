@@ -259,6 +259,19 @@ type RetryPolicy struct {
 	RetryOnStatus []int32 `json:"retryOnStatus,omitempty"`
 }
 
+// Concurrency bounds the requests in flight to a destination at once (DESIGN rule 10).
+type Concurrency struct {
+	// maxInFlight is the largest number of requests (attempts and post-checks) in flight to the destination
+	// at once, shared by every action that uses it in any namespace and served fairly across namespaces.
+	// Defaults to 64; at most 1024, and never more than the manager's --max-in-flight. An action that would
+	// wait behind a full round of requests shows reason ConcurrencyLimited and is claimed only when there is
+	// room.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	MaxInFlight *int32 `json:"maxInFlight,omitempty"`
+}
+
 // RateLimit is a token bucket shared by every action that uses the destination, served fairly across namespaces.
 type RateLimit struct {
 	// requestsPerSecond is the sustained rate of requests (attempts and post-checks) sent to the destination.
@@ -370,6 +383,10 @@ type DestinationSpec struct {
 	// rateLimit is shared by every action that uses this destination, fair across namespaces.
 	// +optional
 	RateLimit *RateLimit `json:"rateLimit,omitempty"`
+
+	// concurrency bounds the requests in flight to this destination, shared by every action that uses it.
+	// +optional
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
 
 	// retryBudget limits retries relative to first attempts.
 	// +optional

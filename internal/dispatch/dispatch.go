@@ -264,6 +264,16 @@ func (d *Dispatcher[R]) HasRoom(destination, namespace string) bool {
 	return nsq == nil || nsq.jobs.Len() == 0
 }
 
+// Holds reports whether key has a job in the dispatcher: queued, running, or being delivered. While it
+// does, Submit refuses the key, and the controller must neither claim nor send for it again: the outcome
+// of the attempt it holds is on its way.
+func (d *Dispatcher[R]) Holds(key types.NamespacedName) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.keys[key]
+	return ok
+}
+
 // InFlight returns the number of sends of destination running now.
 func (d *Dispatcher[R]) InFlight(destination string) int {
 	d.mu.Lock()

@@ -278,14 +278,19 @@ type manager struct {
 	log *syncBuffer
 }
 
+// managerExtraArgs are flags startManager adds (set by startManagerArgs).
+var managerExtraArgs []string
+
 // startManager starts the actionledger binary against kubeconfig; it is SIGKILLed at test end.
 func startManager(t *testing.T, kubeconfig string) *manager {
 	t.Helper()
 	bin := filepath.Join(binDir, "actionledger")
-	cmd := exec.CommandContext(context.Background(), bin, //nolint:gosec // the binary TestMain built
-		"--kubeconfig="+kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
 		"--health-probe-bind-address=0", "--controller-namespace=default", "--claim-margin=1s",
-		"--destination-allow-cidrs=127.0.0.1/32") // the demo destination listens on loopback, denied by default
+		"--destination-allow-cidrs=127.0.0.1/32"}, // the demo destination listens on loopback, denied by default
+		managerExtraArgs...)
+	cmd := exec.CommandContext(context.Background(), bin, args...) //nolint:gosec // the binary TestMain built
 	log := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
