@@ -195,7 +195,7 @@ func TestFingerprintMultiDocument(t *testing.T) {
 		wantOut: []string{"ticket-1 " + ticket},
 		wantErr: []string{"skipped Destination/down (document 1): not an ExternalAction"},
 	}, {
-		name:  "a v1 List with two actions and a ConfigMap, then a Destination and empty documents",
+		name: "a v1 List with two actions and a ConfigMap, then a Destination and empty documents",
 		input: `apiVersion: v1
 kind: List
 items:
@@ -219,7 +219,7 @@ spec: {url: 'http://x'}
 		wantOut: []string{"a " + a, "b " + b},
 		wantErr: []string{"skipped ConfigMap/cm (document 1): not an ExternalAction", "skipped Destination/d (document 2): not an ExternalAction"},
 	}, {
-		name:  "an ExternalActionList and a namespaced action",
+		name: "an ExternalActionList and a namespaced action",
 		input: `apiVersion: actions.actionledger.dev/v1alpha1
 kind: ExternalActionList
 items:
