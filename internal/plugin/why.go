@@ -71,6 +71,12 @@ func Explain(xa *actionsv1alpha1.ExternalAction, dest *DestinationState, now tim
 	if d, ok := xa.Annotations[actionsv1alpha1.AnnotationResolve]; ok {
 		say("A decision %q is set in the annotation %s and waits for the controller to record it.", d, actionsv1alpha1.AnnotationResolve)
 	}
+	// lastError repeats the condition message in most phases; say it only when it adds something.
+	lastError := func(label string) {
+		if st.LastError != "" && !strings.Contains(message, st.LastError) {
+			say("%s: %s.", label, strings.TrimSuffix(st.LastError, "."))
+		}
+	}
 	resolveHint := func() {
 		say("Decide with one of:")
 		say("  kubectl actionledger resolve %s applied --reason '...'      # it happened: mark Succeeded, send nothing", name)
@@ -93,9 +99,7 @@ func Explain(xa *actionsv1alpha1.ExternalAction, dest *DestinationState, now tim
 				stamp(st.Claim.StartedAt.Time), stamp(st.Claim.ExpiresAt.Time))
 			say("The controller settles it: it re-sends only when repeating is safe, asks the destination's post-check if there is one, and otherwise stops in OutcomeUnknown. If this stays, check that the manager is running.")
 		default:
-			if st.LastError != "" {
-				say("Last error: %s.", strings.TrimSuffix(st.LastError, "."))
-			}
+			lastError("Last error")
 			if st.NextAttemptAt != nil {
 				say("The next attempt (%d) is due at %s (%s); nothing is sent before then.", st.Attempts+1,
 					stamp(st.NextAttemptAt.Time), until(now, st.NextAttemptAt.Time))
@@ -125,32 +129,24 @@ func Explain(xa *actionsv1alpha1.ExternalAction, dest *DestinationState, now tim
 		case st.Response != nil:
 			say("The destination rejected it with status %d; a rejection is the outcome and is not retried.", st.Response.StatusCode)
 		}
-		if st.LastError != "" {
-			say("Last error: %s.", strings.TrimSuffix(st.LastError, "."))
-		}
+		lastError("Last error")
 		explainRetention(say, st, now)
 		say("Failed is final. To perform the action anyway, create a new ExternalAction with a new name.")
 	case actionsv1alpha1.PhaseOutcomeUnknown:
 		say("Attempt %d may or may not have been applied by the destination, and nothing can prove it either way; it is never re-sent by itself.", st.Attempts)
-		if st.LastError != "" {
-			say("Last error: %s.", strings.TrimSuffix(st.LastError, "."))
-		}
+		lastError("Last error")
 		say("Look up the key %s in the destination's own records, then decide. It is not collected until you do.", key)
 		resolveHint()
 	case actionsv1alpha1.PhaseExhausted:
 		say("It stopped after %d attempt(s): attempts, retry budget or deadline ran out.", st.Attempts)
-		if st.LastError != "" {
-			say("Last error: %s.", strings.TrimSuffix(st.LastError, "."))
-		}
+		lastError("Last error")
 		explainRetention(say, st, now)
 		say("Fix the cause (the last error), then ask for one more attempt:")
 		say("  kubectl actionledger resolve %s retry --reason '...'", name)
 		say("or close it with resolve %s not-applied (or applied, if you know it happened).", name)
 	case actionsv1alpha1.PhaseConflict:
 		say("Its name, the idempotency key %s, is already bound to another request (a live object or the tombstone of an earlier one); nothing was sent.", key)
-		if st.LastError != "" {
-			say("Detail: %s.", strings.TrimSuffix(st.LastError, "."))
-		}
+		lastError("Detail")
 		say("Use a new name for a new action. Deleting this object leaves no tombstone and does not disturb the earlier binding.")
 	}
 	return out
