@@ -108,7 +108,9 @@ lint-config: golangci-lint ## Verify golangci-lint linter configuration
 # GO_SOURCES are the inputs of manifests, generate, fmt and vet. build and run-local run those four only when one
 # of them changed since the last successful run (the stamp bin/.generated), so a second 'make run-local' goes
 # straight to the go build (incremental) and the start; 'make test' and 'make verify' still run them every time.
-GO_SOURCES = $(shell find api cmd internal test -name '*.go' -not -name 'zz_generated.*' 2>/dev/null) hack/boilerplate.go.txt
+# The directories below them are listed too, so that adding or deleting a file (which changes its directory)
+# counts as a change; not the top-level ones, since "test" is also the name of a target.
+GO_SOURCES = $(shell find api cmd internal test -mindepth 1 \( -type d -o -name '*.go' -not -name 'zz_generated.*' \) 2>/dev/null) hack/boilerplate.go.txt
 
 $(LOCALBIN)/.generated: $(GO_SOURCES) | $(LOCALBIN)
 	$(MAKE) --no-print-directory manifests generate fmt vet
