@@ -157,7 +157,7 @@ func openFile(name string, in io.Reader) (io.Reader, string, func(), error) {
 	if name == "-" {
 		return in, "standard input", func() {}, nil
 	}
-	f, err := os.Open(name)
+	f, err := os.Open(name) //nolint:gosec // the user names the manifest to read
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("opening the manifest: %w", err)
 	}
