@@ -1,5 +1,7 @@
 # Image URL to use all building/pushing image targets
 IMG ?= controller:latest
+# LOCALBIN is where tools and the built binaries go.
+LOCALBIN ?= $(shell pwd)/bin
 # YEAR defines the year value used for substituting the YEAR placeholder in the boilerplate header.
 YEAR ?= $(shell date +%Y)
 
@@ -103,9 +105,21 @@ lint-config: golangci-lint ## Verify golangci-lint linter configuration
 
 ##@ Build
 
+# GO_SOURCES are the inputs of manifests, generate, fmt and vet. build and run-local run those four only when one
+# of them changed since the last successful run (the stamp bin/.generated), so a second 'make run-local' goes
+# straight to the go build (incremental) and the start; 'make test' and 'make verify' still run them every time.
+# The directories below them are listed too, so that adding or deleting a file (which changes its directory)
+# counts as a change; not the top-level ones, since "test" is also the name of a target.
+GO_SOURCES = $(shell find api cmd internal test -mindepth 1 \( -type d -o -name '*.go' -not -name 'zz_generated.*' \) 2>/dev/null) hack/boilerplate.go.txt
+
+$(LOCALBIN)/.generated: $(GO_SOURCES) | $(LOCALBIN)
+	$(MAKE) --no-print-directory manifests generate fmt vet
+	@touch "$@"
+
 .PHONY: build
-build: manifests generate fmt vet ## Build manager binary.
+build: $(LOCALBIN)/.generated ## Build the manager, the kubectl plugin and the demo destination into bin/ (generate, fmt and vet first when a Go file changed).
 	go build -o bin/actionledger ./cmd
+	go build -o bin/kubectl-actionledger ./cmd/kubectl-actionledger
 	go build -o bin/demo-destination ./test/cmd/destination
 
 .PHONY: run
@@ -113,7 +127,7 @@ run: manifests generate fmt vet ## Run a controller from your host against the c
 	go run ./cmd/main.go
 
 .PHONY: run-local
-run-local: manifests controlplane build ## Start etcd + kube-apiserver, install the CRDs, run the manager and the demo destination; Ctrl-C stops all.
+run-local: controlplane build ## Start etcd + kube-apiserver, install the CRDs, run the manager and the demo destination; Ctrl-C stops all.
 	hack/run-local.sh
 
 # If you wish to build the manager image targeting other platforms you can use the --platform flag.
@@ -179,8 +193,7 @@ undeploy: kustomize ## Undeploy controller from the K8s cluster specified in ~/.
 
 ##@ Dependencies
 
-## Location to install dependencies to
-LOCALBIN ?= $(shell pwd)/bin
+## Location to install dependencies to: LOCALBIN, set at the top (rules above name it)
 $(LOCALBIN):
 	mkdir -p "$(LOCALBIN)"
 
