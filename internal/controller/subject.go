@@ -277,12 +277,9 @@ func (r *ExternalActionReconciler) waitSubject(ctx context.Context, xa, other *a
 
 // subjectWaitMessage says whom xa waits for and, behind an OutcomeUnknown holder, which decision to make.
 func subjectWaitMessage(xa, other *actionsv1alpha1.ExternalAction, holds bool) (string, string) {
-	name, phase := "(unknown)", actionsv1alpha1.PhasePending
+	name := "(unknown)"
 	if other != nil {
 		name = other.Name
-		if other.Status.Phase != "" {
-			phase = other.Status.Phase
-		}
 	}
 	if other != nil && other.Status.Phase == actionsv1alpha1.PhaseOutcomeUnknown {
 		return actionsv1alpha1.ReasonSubjectOutcomeUnknown, fmt.Sprintf(
@@ -292,12 +289,12 @@ func subjectWaitMessage(xa, other *actionsv1alpha1.ExternalAction, holds bool) (
 	}
 	if holds {
 		return actionsv1alpha1.ReasonWaitingForSubject, fmt.Sprintf(
-			"subject %q is held by ExternalAction %s (phase %s); nothing is sent until it finishes, is resolved or is deleted",
-			xa.Spec.Subject, name, phase)
+			"subject %q is held by ExternalAction %s; nothing is sent until it finishes, is resolved or is deleted",
+			xa.Spec.Subject, name)
 	}
 	return actionsv1alpha1.ReasonWaitingForSubject, fmt.Sprintf(
-		"subject %q: ExternalAction %s was created earlier and has not finished (phase %s); nothing is sent before it",
-		xa.Spec.Subject, name, phase)
+		"subject %q: ExternalAction %s was created earlier and has not finished; nothing is sent before it",
+		xa.Spec.Subject, name)
 }
 
 func klogName(xa *actionsv1alpha1.ExternalAction) string {
@@ -396,8 +393,8 @@ func (r *ExternalActionReconciler) actionsOnSameSubject(ctx context.Context, o c
 	return out
 }
 
-// subjectChanged passes the changes of an action with a subject that can end a wait on it: its phase, its open
-// claim or its deletion.
+// subjectChanged passes the changes of an action with a subject that can end a wait on it: a phase change into
+// or out of a terminal phase (finished, resolved, or sent again after a retry decision), or its deletion.
 var subjectChanged = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
@@ -411,7 +408,7 @@ var subjectChanged = predicate.Funcs{
 		if !ok1 || !ok2 || n.Spec.Subject == "" {
 			return false
 		}
-		return o.Status.Phase != n.Status.Phase || (o.Status.Claim == nil) != (n.Status.Claim == nil) ||
+		return (o.Status.Phase != n.Status.Phase && (o.Status.Phase.Terminal() || n.Status.Phase.Terminal())) ||
 			o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
 	},
 }
