@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -168,7 +169,7 @@ func (r *ExternalActionReconciler) holdSubject(ctx context.Context, xa *actionsv
 			id := holderIdentity(xa)
 			lease.Spec.HolderIdentity = &id
 			lease.Spec.AcquireTime, lease.Spec.RenewTime = ptrMicro(env.Now), ptrMicro(env.Now)
-			lease.Spec.LeaseTransitions = ptrInt32(derefInt32(lease.Spec.LeaseTransitions) + 1)
+			lease.Spec.LeaseTransitions = new(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
 			werr = r.Update(ctx, lease)
 		}
 		switch {
@@ -442,13 +443,4 @@ func updateSubjectGauges(ctx context.Context, c client.Reader, now time.Time) er
 func ptrMicro(t time.Time) *metav1.MicroTime {
 	m := metav1.NewMicroTime(t)
 	return &m
-}
-
-func ptrInt32(v int32) *int32 { return &v }
-
-func derefInt32(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
 }

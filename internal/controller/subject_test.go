@@ -2,11 +2,15 @@ package controller_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -96,5 +100,70 @@ func TestSubjectLeaseHoldsAgainstBlindCaches(t *testing.T) {
 	}
 	if p := env.Get(t, ns, "refund").Status.Phase; p != actionsv1alpha1.PhaseSucceeded {
 		t.Fatalf("refund phase %s", p)
+	}
+}
+
+// A Lease whose release was missed (a crash between the outcome and the release) is taken over once a fresh
+// read shows its holder gone or finished; one whose holder is still unfinished is not.
+func TestSubjectLeaseTakenOverFromGoneOrFinishedHolder(t *testing.T) {
+	ns := env.Namespace(t)
+	srv, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.CreateDestination(t, ns, "payments", url, nil)
+	ctx := context.Background()
+	r := blindReconciler(t, "manager-a")
+	// "done" finished (Succeeded) earlier; "busy" is unfinished (its status is never written: no reconcile).
+	done := envtestutil.Action(ns, "done", "payments", "/done", `{}`)
+	env.Create(t, done)
+	for range 2 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(done)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done = env.Get(t, ns, "done")
+	if done.Status.Phase != actionsv1alpha1.PhaseSucceeded {
+		t.Fatalf("done: %s", done.Status.Phase)
+	}
+	busy := envtestutil.Action(ns, "busy", "payments", "/busy", `{}`)
+	env.Create(t, busy)
+	busy = env.Get(t, ns, "busy")
+
+	for i, tc := range []struct {
+		holder string
+		taken  bool
+	}{
+		{"ghost/00000000-0000-0000-0000-000000000000", true}, // gone
+		{"done/" + string(done.UID), true},                   // finished, outcome recorded
+		{"done/another-uid", true},                           // re-created under the same name
+		{"busy/" + string(busy.UID), false},                  // unfinished: keeps holding
+	} {
+		subject := fmt.Sprintf("order/%d", i)
+		holder := tc.holder
+		if err := env.Client.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controller.SubjectLeaseName(subject)},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("next-%d", i)
+		xa := envtestutil.Action(ns, name, "payments", "/"+name, `{}`)
+		xa.Spec.Subject = subject
+		env.Create(t, xa)
+		for range 2 {
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(xa)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sent := srv.Requests(ns+"/"+name) == 1
+		if sent != tc.taken {
+			t.Errorf("Lease held by %s: sent %v, want %v (status %s)", tc.holder, sent, tc.taken, envtestutil.JSON(env.Get(t, ns, name).Status))
+		}
+		l := &coordinationv1.Lease{}
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: controller.SubjectLeaseName(subject)}, l)
+		switch {
+		case tc.taken && !apierrors.IsNotFound(err):
+			t.Errorf("Lease of %s after the new holder finished: %v %+v, want released", subject, err, l.Spec)
+		case !tc.taken && (err != nil || *l.Spec.HolderIdentity != tc.holder):
+			t.Errorf("Lease of %s: %v %+v, want still held by %s", subject, err, l.Spec, tc.holder)
+		}
 	}
 }
