@@ -22,7 +22,8 @@ const (
 	ConditionReady = "Ready"
 	// ConditionReconciling is True while the action is Pending or InProgress.
 	ConditionReconciling = "Reconciling"
-	// ConditionStalled is True in Failed, Exhausted, OutcomeUnknown and Conflict: nothing more happens without a person.
+	// ConditionStalled is True in Failed, Exhausted, OutcomeUnknown and Conflict, and for a Pending action that waits
+	// (reason SubjectOutcomeUnknown) behind an OutcomeUnknown holder of its subject: nothing more happens without a person.
 	ConditionStalled = "Stalled"
 )
 
@@ -60,6 +61,14 @@ const (
 	// ReasonInsecureSkipVerifyNotAllowed: a namespaced Destination sets tls.insecureSkipVerify but the manager
 	// runs without --insecure-skip-verify-allowed; the Destination is not Ready and its actions wait.
 	ReasonInsecureSkipVerifyNotAllowed = "InsecureSkipVerifyNotAllowed"
+	// ReasonWaitingForSubject: another action of the namespace holds (or comes before this one on) the same
+	// spec.subject; nothing is sent, the action stays Pending (Reconciling True) and proceeds by itself when the
+	// holder finishes, is resolved or is deleted. The message names the holder.
+	ReasonWaitingForSubject = "WaitingForSubject"
+	// ReasonSubjectOutcomeUnknown: the holder of the same spec.subject is OutcomeUnknown; nothing is sent, the
+	// action stays Pending with Stalled True (Reconciling False) until a person decides the holder (the resolve
+	// annotation) or deletes it. The message names the holder and the decision to make.
+	ReasonSubjectOutcomeUnknown = "SubjectOutcomeUnknown"
 )
 
 // Event reasons of status writes the API server refused as Invalid (docs/security.md).

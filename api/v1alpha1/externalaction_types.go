@@ -81,6 +81,7 @@ type ActionRequest struct {
 
 // ExternalActionSpec declares one business action. The object's namespace/name is the idempotency key; destinationRef, request and successWhen form its fingerprint and cannot change.
 // +kubebuilder:validation:XValidation:rule="has(self.successWhen) == has(oldSelf.successWhen)",message="spec.successWhen is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
+// +kubebuilder:validation:XValidation:rule="has(self.subject) == has(oldSelf.subject)",message="spec.subject is immutable: it decides which actions wait for each other. To act on another subject, create a new ExternalAction with a new name"
 type ExternalActionSpec struct {
 	// destinationRef names the Destination or ClusterDestination the action is sent to. It is immutable.
 	// +required
@@ -101,6 +102,13 @@ type ExternalActionSpec struct {
 	// retryPolicy overrides parts of the destination's retry policy for this action. It may only tighten it: a looser value ends the action Failed with reason InvalidSpec, and nothing is sent.
 	// +optional
 	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
+
+	// subject names the business object the action operates on, for example order/19; it is optional, at most 253 characters, immutable, and not part of the fingerprint. Actions of one namespace that share a subject run one at a time, in creation order (creationTimestamp, then name): while another action holds the subject, this one sends nothing and stays Pending with reason WaitingForSubject. While the holder's outcome is unknown (phase OutcomeUnknown), the waiting action is Stalled with reason SubjectOutcomeUnknown until a person decides the holder with the actions.actionledger.dev/resolve annotation or deletes it. The hold is a coordination.k8s.io Lease named xa-subject- followed by 20 hex digits of the SHA-256 of the subject, in the action's namespace.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.subject is immutable: it decides which actions wait for each other. To act on another subject, create a new ExternalAction with a new name"
+	Subject string `json:"subject,omitempty"`
 
 	// ttlSecondsAfterFinished overrides the destination's retention.ttlAfterFinished for this action: how many seconds the finished object is kept, from 0 to 7776000 (90 days).
 	// +optional
@@ -308,6 +316,9 @@ type ExternalActionStatus struct {
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="DESTINATION",type=string,JSONPath=`.spec.destinationRef.name`,priority=1
 // +kubebuilder:printcolumn:name="ERROR",type=string,JSONPath=`.status.lastError`,priority=1
+// +kubebuilder:printcolumn:name="SUBJECT",type=string,JSONPath=`.spec.subject`,priority=1
+// +kubebuilder:printcolumn:name="REASON",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1,description="Why the action is not Ready, for example WaitingForSubject"
+// +kubebuilder:printcolumn:name="MESSAGE",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1,description="The Ready condition's message, for example which action holds the subject"
 
 // ExternalAction is one external side effect (an HTTP call) that the controller performs at most once per key: namespace/name is the idempotency key and the spec's fingerprint binds it.
 type ExternalAction struct {

@@ -1,6 +1,7 @@
 -- Argo CD health check for actions.actionledger.dev/ExternalAction (docs/gitops.md).
 --   Succeeded                       -> Healthy
 --   Pending, InProgress (retrying)  -> Progressing
+--   Pending behind an OutcomeUnknown holder of its spec.subject (Stalled True) -> Degraded
 --   Failed, Exhausted, Conflict     -> Degraded
 --   OutcomeUnknown                  -> Degraded: a send may have been applied and only a person can decide
 --                                      (annotation actions.actionledger.dev/resolve); Degraded, not Suspended,
@@ -54,6 +55,11 @@ end
 if phase == "Succeeded" then
   hs.status = "Healthy"
   hs.message = "Succeeded" .. code
+elseif (phase == "Pending" or phase == "InProgress") and condition("Stalled") ~= nil and condition("Stalled").status == "True" then
+  -- Waiting behind an OutcomeUnknown action on the same spec.subject (reason SubjectOutcomeUnknown): only a
+  -- person can unblock it, by deciding that action.
+  hs.status = "Degraded"
+  hs.message = phase .. ": " .. message("waiting for a decision on the holder of its subject")
 elseif phase == "Pending" or phase == "InProgress" then
   hs.status = "Progressing"
   hs.message = phase .. ": " .. message("attempt " .. tostring(obj.status.attempts or 0))

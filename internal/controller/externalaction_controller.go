@@ -100,6 +100,8 @@ type ExternalActionReconciler struct {
 	outcomes chan event.GenericEvent
 	// stopped is closed when the manager stops: completions are then recorded directly.
 	stopped chan struct{}
+	// subjectWaits holds when this manager first saw an action wait for its spec.subject (wait-time metric).
+	subjectWaits sync.Map // types.NamespacedName -> time.Time
 }
 
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=externalactions,verbs=get;list;watch;update;patch;delete
@@ -109,6 +111,7 @@ type ExternalActionReconciler struct {
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations/status;clusterdestinations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=actiontombstones,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
@@ -122,6 +125,7 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err := r.Get(ctx, req.NamespacedName, xa); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.pending.Delete(req.NamespacedName) // the object is gone: there is nothing left to record on
+			r.subjectWaits.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -226,6 +230,12 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 	step ledger.Step, target string, body []byte, env ledger.Env) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	attempt := step.Status.Claim.Attempt
+	// spec.subject: the action must hold its subject's Lease before any claim; otherwise it waits, sending nothing.
+	if xa.Spec.Subject != "" && r.APIReader != nil {
+		if held, res, err := r.holdSubject(ctx, xa, env); !held {
+			return res, err
+		}
+	}
 	if r.Dispatcher != nil && !r.Dispatcher.HasRoom(dest.ID, xa.Namespace) {
 		return r.waitForRoom(ctx, xa, dest, env) // before Admit: no token is spent
 	}
@@ -367,6 +377,12 @@ func (r *ExternalActionReconciler) finalizeWithOutcome(ctx context.Context, xa *
 // reconcileTerminal handles decisions by people and garbage collection of finished actions.
 func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
 	now := r.Clock.Now()
+	// A finished holder gives its subject up (again, should the release after its outcome have failed).
+	if xa.Spec.Subject != "" && releasable(xa) {
+		if err := r.releaseSubject(ctx, xa); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if decision, ok := xa.Annotations[actionsv1alpha1.AnnotationResolve]; ok {
 		return r.resolve(ctx, xa, decision, now)
 	}
@@ -460,6 +476,7 @@ func (r *ExternalActionReconciler) afterWrite(xa *actionsv1alpha1.ExternalAction
 		return
 	}
 	r.Limiter.Forget(destinationID(xa), xa.Namespace+"/"+xa.Name)
+	r.releaseAfterWrite(xa)
 	metrics.ActionDuration.WithLabelValues(string(step.Status.Phase)).Observe(r.Clock.Since(xa.CreationTimestamp.Time).Seconds())
 	if step.Status.Phase == actionsv1alpha1.PhaseExhausted && destID != "" {
 		metrics.Exhausted.WithLabelValues(destID).Inc()
@@ -598,6 +615,9 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.newDispatcher(); err != nil {
 		return err
 	}
+	if err := IndexSubject(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	if err := mgr.Add(dispatcherRunnable{r: r}); err != nil {
 		return fmt.Errorf("adding the dispatcher: %w", err)
 	}
@@ -605,6 +625,9 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&actionsv1alpha1.ExternalAction{}).
 		// Outcomes handed back by the dispatcher wake their object (DESIGN rule 10).
 		WatchesRawSource(source.Channel(r.outcomes, &handler.EnqueueRequestForObject{})).
+		// spec.subject: a holder that finishes, is resolved or goes wakes the other actions on its subject.
+		Watches(&actionsv1alpha1.ExternalAction{}, handler.EnqueueRequestsFromMapFunc(r.actionsOnSameSubject),
+			builder.WithPredicates(subjectChanged)).
 		// A namespace's labels decide which ClusterDestinations its actions may use (spec.namespaceSelector):
 		// metadata is all that is read, and a label change wakes the actions waiting on NamespaceNotAllowed.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.actionsUsingClusterDestinations),

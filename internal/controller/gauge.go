@@ -27,7 +27,8 @@ func IndexPhase(ctx context.Context, idx client.FieldIndexer) error {
 }
 
 // GaugeUpdater sets actionledger_outcome_unknown from the cache every Interval. It runs only on the leader.
-// Its Client must have the PhaseField index (IndexPhase).
+// It also sets the subject gauges. Its Client must have the PhaseField index (IndexPhase) and the
+// SubjectWaitField index (IndexSubject, registered by the ExternalAction controller's SetupWithManager).
 type GaugeUpdater struct {
 	Client   client.Reader
 	Interval time.Duration
@@ -44,6 +45,9 @@ func (g *GaugeUpdater) Start(ctx context.Context) error {
 			log.FromContext(ctx).V(1).Info("counting OutcomeUnknown actions failed", "err", err.Error())
 		} else {
 			metrics.OutcomeUnknown.Set(float64(len(list.Items)))
+		}
+		if err := updateSubjectGauges(ctx, g.Client, time.Now()); err != nil {
+			log.FromContext(ctx).V(1).Info("counting actions waiting for a subject failed", "err", err.Error())
 		}
 		select {
 		case <-ctx.Done():

@@ -141,6 +141,10 @@ func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1al
 		log.FromContext(ctx).Info("namespace is terminating; the action goes without a tombstone", "phase", xa.Status.Phase)
 	}
 	r.Limiter.Forget(destinationID(xa), xa.Namespace+"/"+xa.Name)
+	// The deleted (or collected) holder gives its subject up, whatever its phase: its claim is settled above.
+	if err := r.releaseSubject(ctx, xa); err != nil {
+		return ctrl.Result{}, err
+	}
 	patch := client.MergeFromWithOptions(xa.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(xa, actionsv1alpha1.Finalizer)
 	if err := r.Patch(ctx, xa, patch); err != nil {

@@ -126,3 +126,24 @@ func TestCanonicalIsRFC8785(t *testing.T) {
 		t.Fatalf("canonical = %s, want %s", got, want)
 	}
 }
+
+// spec.subject only orders actions: it is not part of the fingerprint, so existing fingerprints and
+// tombstones stay valid when a subject is added to new actions.
+func TestSubjectNotInFingerprint(t *testing.T) {
+	spec := actionsv1alpha1.ExternalActionSpec{
+		DestinationRef: actionsv1alpha1.DestinationReference{Name: "payments"},
+		Request:        actionsv1alpha1.ActionRequest{Method: "POST", Path: "/charges"},
+	}
+	without, err := Compute(&spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Subject = "order/19"
+	with, err := Compute(&spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if with != without {
+		t.Errorf("fingerprint with subject %s, without %s: want equal", with, without)
+	}
+}

@@ -459,6 +459,46 @@ func Delayed(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, unti
 	return Step{Kind: KindWait, At: until, Status: st}
 }
 
+// WaitForSubject marks a non-terminal action as waiting for its spec.subject, held by (or first due to) another
+// action: reason WaitingForSubject (Reconciling True), or SubjectOutcomeUnknown when that action is OutcomeUnknown
+// (Stalled True, Reconciling False: a person must decide it). The phase stays (Pending for a new action) and no
+// schedule is set: the wait ends on a watch event. It returns a write only when the reason or the message
+// changes, and an event only when the reason changes.
+func WaitForSubject(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, env Env) Step {
+	msg = truncate(msg)
+	if c := meta.FindStatusCondition(cur.Conditions, actionsv1alpha1.ConditionReady); c != nil && c.Reason == reason && c.Message == msg {
+		return Step{Kind: KindWait}
+	}
+	prev := ""
+	if c := meta.FindStatusCondition(cur.Conditions, actionsv1alpha1.ConditionReady); c != nil {
+		prev = c.Reason
+	}
+	st := cur.DeepCopy()
+	phase := st.Phase
+	if phase == "" || phase.Terminal() {
+		phase = actionsv1alpha1.PhasePending
+	}
+	setPhase(st, phase, reason, msg, env)
+	step := Step{Kind: KindWait, Status: st}
+	if reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown {
+		for _, c := range []struct {
+			t  string
+			on bool
+		}{{actionsv1alpha1.ConditionReconciling, false}, {actionsv1alpha1.ConditionStalled, true}} {
+			s := metav1.ConditionFalse
+			if c.on {
+				s = metav1.ConditionTrue
+			}
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: c.t, Status: s, Reason: reason, Message: msg,
+				ObservedGeneration: env.Generation, LastTransitionTime: metav1.NewTime(env.Now)})
+		}
+	}
+	if prev != reason {
+		step.Event = &Event{Warning: reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown, Reason: reason, Message: msg}
+	}
+	return step
+}
+
 // EffectiveDeadline is the absolute deadline for an action created at created under policy deadline d (0: none).
 func EffectiveDeadline(created time.Time, d time.Duration) time.Time {
 	if d <= 0 {

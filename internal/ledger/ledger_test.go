@@ -580,3 +580,37 @@ func TestConflictAndReplay(t *testing.T) {
 		checkConditions(t, st, 3)
 	}
 }
+
+func TestWaitForSubject(t *testing.T) {
+	env := testEnv()
+	st := pending(env)
+	step := WaitForSubject(st, actionsv1alpha1.ReasonWaitingForSubject, "held by charge", env)
+	if step.Kind != KindWait || step.Status == nil || step.Status.Phase != actionsv1alpha1.PhasePending || !step.At.IsZero() ||
+		!condReason(step.Status, actionsv1alpha1.ConditionReconciling, actionsv1alpha1.ReasonWaitingForSubject) ||
+		step.Event == nil || step.Event.Warning || step.Status.Claim != nil || step.Status.Attempts != 0 {
+		t.Fatalf("waiting: %+v", step)
+	}
+	checkConditions(t, step.Status, 3)
+	if again := WaitForSubject(step.Status, actionsv1alpha1.ReasonWaitingForSubject, "held by charge", env); again.Status != nil {
+		t.Errorf("the same wait wrote again: %+v", again)
+	}
+	// Another holder: the message changes (a write), the reason does not (no event).
+	other := WaitForSubject(step.Status, actionsv1alpha1.ReasonWaitingForSubject, "held by refund", env)
+	if other.Status == nil || other.Event != nil {
+		t.Errorf("new holder: %+v", other)
+	}
+	// Behind an OutcomeUnknown holder: Stalled True, Reconciling False, still Pending, a Warning event.
+	unk := WaitForSubject(other.Status, actionsv1alpha1.ReasonSubjectOutcomeUnknown, "decide charge", env)
+	if unk.Status == nil || unk.Status.Phase != actionsv1alpha1.PhasePending || unk.Event == nil || !unk.Event.Warning ||
+		!condReason(unk.Status, actionsv1alpha1.ConditionStalled, actionsv1alpha1.ReasonSubjectOutcomeUnknown) ||
+		meta.IsStatusConditionTrue(unk.Status.Conditions, actionsv1alpha1.ConditionReconciling) ||
+		meta.IsStatusConditionTrue(unk.Status.Conditions, actionsv1alpha1.ConditionReady) {
+		t.Fatalf("behind OutcomeUnknown: %+v", unk)
+	}
+	// Once the subject is free, the claim clears the wait: InProgress, Stalled False.
+	claimStep := Advance(unk.Status, env)
+	if claimStep.Kind != KindSend || claimStep.Status.Phase != actionsv1alpha1.PhaseInProgress {
+		t.Fatalf("claim after the wait: %+v", claimStep)
+	}
+	checkConditions(t, claimStep.Status, 3)
+}

@@ -164,6 +164,16 @@ func TestArgoHealthEdgeCases(t *testing.T) {
 		{"exhausted without conditions", obj("Exhausted", 1, 1), "Degraded"},
 		{"succeeded, generation ahead", obj("Succeeded", 3, 2), "Progressing"},
 		{"no generation at all", map[string]any{"status": map[string]any{"phase": "Failed"}}, "Degraded"},
+		{"pending behind an OutcomeUnknown holder of its subject", map[string]any{"status": map[string]any{
+			"phase": "Pending", "conditions": []any{
+				map[string]any{"type": "Reconciling", "status": "False", "reason": actionsv1alpha1.ReasonSubjectOutcomeUnknown},
+				map[string]any{"type": "Stalled", "status": "True", "reason": actionsv1alpha1.ReasonSubjectOutcomeUnknown},
+			}}}, "Degraded"},
+		{"pending, waiting for its subject", map[string]any{"status": map[string]any{
+			"phase": "Pending", "conditions": []any{
+				map[string]any{"type": "Reconciling", "status": "True", "reason": actionsv1alpha1.ReasonWaitingForSubject},
+				map[string]any{"type": "Stalled", "status": "False", "reason": actionsv1alpha1.ReasonWaitingForSubject},
+			}}}, "Progressing"},
 	} {
 		if got, msg := argoHealth(t, script, tc.obj); got != tc.wantStatus {
 			t.Errorf("%s: %s (%q), want %s", tc.name, got, msg, tc.wantStatus)
