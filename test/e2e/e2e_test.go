@@ -394,11 +394,12 @@ spec:
 		t.Errorf("kubectl get xa row is not 'invoice-7 Succeeded 201 1':\n%s", out)
 	}
 	out = kubectl(t, kubeconfig, "", "get", "xa", "-n", ns, "-o", "wide")
-	if got, want := strings.Join(header(out), " "), "NAME PHASE CODE ATTEMPTS NEXT AGE DESTINATION ERROR"; got != want {
+	if got, want := strings.Join(header(out), " "), "NAME PHASE CODE ATTEMPTS NEXT AGE DESTINATION ERROR SUBJECT REASON MESSAGE"; got != want {
 		t.Errorf("kubectl get xa -o wide columns = %q, want %q:\n%s", got, want, out)
 	}
-	if !regexp.MustCompile(`(?m)^invoice-7\s+Succeeded\s+201\s+1\s+.*\sshop\s*$`).MatchString(out) {
-		t.Errorf("kubectl get xa -o wide row lacks the destination:\n%s", out)
+	// No subject and no error: those columns are empty; REASON and MESSAGE are the Ready condition's.
+	if !regexp.MustCompile(`(?m)^invoice-7\s+Succeeded\s+201\s+1\s+\S+\s+shop\s+Succeeded\s+attempt 1 succeeded`).MatchString(out) {
+		t.Errorf("kubectl get xa -o wide row lacks the destination or the Ready reason and message:\n%s", out)
 	}
 	out = kubectl(t, kubeconfig, "", "explain", "externalaction.spec.request.body")
 	if !strings.Contains(out, "FIELD: body") || !strings.Contains(out, "JSON") {
