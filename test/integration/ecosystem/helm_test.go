@@ -128,7 +128,7 @@ func TestHelmChartRendersAndDryRunApplies(t *testing.T) {
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kinds[o.GetKind()]++
-		namespaced := o.GetKind() != "CustomResourceDefinition" && !strings.HasPrefix(o.GetKind(), "Cluster")
+		namespaced := !clusterScoped(o.GetKind())
 		if namespaced && o.GetNamespace() != installNamespace {
 			t.Errorf("%s is not in the release namespace %s", key(o), installNamespace)
 		}
