@@ -80,6 +80,8 @@ type ExternalActionReconciler struct {
 	InsecureSkipVerifyAllowed bool
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
+	// Tombstones proves a new key has no tombstone without a read (nil: always read live; see checkTombstone).
+	Tombstones *TombstoneIndex
 
 	// pending holds outcomes whose status write failed (DESIGN rule 2): retried before anything else, never re-sent.
 	pending sync.Map // types.NamespacedName -> *pendingOutcome
