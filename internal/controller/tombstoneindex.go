@@ -47,14 +47,14 @@ type TombstoneIndex struct {
 	HandlerWait time.Duration
 
 	mu       sync.Mutex
-	gen      uint64                         // ExternalAction (re)lists completed
-	relist   bool                           // a watch-list (re)list is under way
-	seen     string                         // the highest resourceVersion the handler has seen
-	advanced chan struct{}                  // closed and replaced whenever seen advances
-	deleted  map[types.NamespacedName]bool  // deleted ExternalActions seen since the snapshot began
-	snapGen  uint64                         // gen the snapshot was taken at (valid when snap != nil)
-	snap     map[types.NamespacedName]bool  // names with a tombstone at the snapshot
-	snapMu   sync.Mutex                     // one snapshot LIST at a time
+	gen      uint64                        // ExternalAction (re)lists completed
+	relist   bool                          // a watch-list (re)list is under way
+	seen     string                        // the highest resourceVersion the handler has seen
+	advanced chan struct{}                 // closed and replaced whenever seen advances
+	deleted  map[types.NamespacedName]bool // deleted ExternalActions seen since the snapshot began
+	snapGen  uint64                        // gen the snapshot was taken at (valid when snap != nil)
+	snap     map[types.NamespacedName]bool // names with a tombstone at the snapshot
+	snapMu   sync.Mutex                    // one snapshot LIST at a time
 }
 
 // NewTombstoneIndex returns an index reading snapshots through reader.
