@@ -17,9 +17,10 @@ import (
 const AnnotationCacheTrimmed = "actions.actionledger.dev/cache-trimmed"
 
 // ErrTrimmedCopy is returned by GuardTrimmed's client for a write based on a copy that TrimFinished trimmed:
-// it would erase the dropped history and response in etcd. Read a fresh copy (APIReader) and decide on it.
-var ErrTrimmedCopy = errors.New("refusing to write from a trimmed cache copy (attemptHistory and response body " +
-	"are not cached for finished actions); read a fresh copy from the API server first")
+// it would erase the dropped history, response, conditions and lastError in etcd. Read a fresh copy (APIReader)
+// and decide on it.
+var ErrTrimmedCopy = errors.New("refusing to write from a trimmed cache copy (attemptHistory, response body and " +
+	"headers, conditions and lastError are not cached for finished actions); read a fresh copy from the API server first")
 
 // trimmedMark is the annotations map of a trimmed object that had none: shared by all of them, so the mark costs
 // no allocation per cached object. The cache hands out deep copies, so nothing writes to it.
@@ -28,8 +29,10 @@ var trimmedMark = map[string]string{AnnotationCacheTrimmed: "true"}
 // TrimFinished is the cache transform of ExternalActions (cache.ByObject Transform; it also strips managedFields,
 // as the cache's default transform does for every other kind). For a finished action (a terminal phase, no open
 // claim, not being deleted) with no decision by a person pending (AnnotationResolve), it drops what no decision
-// on a finished action reads: status.attemptHistory and the response's body and headers (status code, hash and
-// bodyTruncated stay: the tombstone and the printer columns read them). It marks such a copy with
+// on a finished action reads: status.attemptHistory, the response's body and headers, status.conditions and
+// status.lastError (people and kstatus read those from the API server, not from this cache). The phase,
+// key, fingerprint, attempts, times, replayedFrom, resolution and the response's status code, hash and
+// bodyTruncated stay: collection, the tombstone and the gauges read them. It marks such a copy with
 // AnnotationCacheTrimmed. An object with the resolve annotation is cached whole, because resolving writes its
 // status from the cached copy. Any other value is returned unchanged.
 func TrimFinished(obj any) (any, error) {
@@ -41,7 +44,7 @@ func TrimFinished(obj any) (any, error) {
 		return obj, nil
 	}
 	st := &xa.Status
-	st.AttemptHistory = nil
+	st.AttemptHistory, st.Conditions, st.LastError = nil, nil, ""
 	if st.Response != nil {
 		st.Response.Body, st.Response.Headers = "", nil
 	}

@@ -22,7 +22,9 @@ func finished(phase actionsv1alpha1.Phase, annotations map[string]string) *actio
 		Status: actionsv1alpha1.ExternalActionStatus{Phase: phase, Attempts: 1,
 			AttemptHistory: []actionsv1alpha1.AttemptRecord{{Number: 1, Result: "Succeeded", StatusCode: 201}},
 			Response: &actionsv1alpha1.ResponseRecord{StatusCode: 201, Body: `{"id":1}`, BodySHA256: "sha256:x",
-				Headers: map[string]string{"Location": "/1"}}},
+				Headers: map[string]string{"Location": "/1"}},
+			LastError:  "Retryable: status 503",
+			Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Succeeded", Message: "done"}}},
 	}
 }
 
@@ -45,7 +47,8 @@ func TestTrimFinished(t *testing.T) {
 		if xa.ManagedFields != nil {
 			t.Errorf("%s: managedFields kept", tc.name)
 		}
-		trimmed := xa.Status.AttemptHistory == nil && xa.Status.Response.Body == "" && xa.Status.Response.Headers == nil
+		trimmed := xa.Status.AttemptHistory == nil && xa.Status.Response.Body == "" && xa.Status.Response.Headers == nil &&
+			xa.Status.Conditions == nil && xa.Status.LastError == ""
 		if trimmed != tc.trim || controller.IsTrimmed(xa) != tc.trim {
 			t.Errorf("%s: trimmed %v, marked %v, want %v", tc.name, trimmed, controller.IsTrimmed(xa), tc.trim)
 		}

@@ -67,7 +67,8 @@ func TestResolveKeepsTrimmedFields(t *testing.T) {
 		}
 		return controller.IsTrimmed(cached)
 	})
-	if cached.Status.AttemptHistory != nil || cached.Status.Response.Body != "" || cached.Status.Response.StatusCode != 503 {
+	if cached.Status.AttemptHistory != nil || cached.Status.Conditions != nil || cached.Status.Response.Body != "" ||
+		cached.Status.Response.StatusCode != 503 {
 		t.Fatalf("trimmed copy still has history %d, body %q, or lost the status code: %d",
 			len(cached.Status.AttemptHistory), cached.Status.Response.Body, cached.Status.Response.StatusCode)
 	}
@@ -92,6 +93,10 @@ func TestResolveKeepsTrimmedFields(t *testing.T) {
 	if len(after.Status.AttemptHistory) != 2 || after.Status.AttemptHistory[1].Result != "ResolvedNotApplied" {
 		t.Errorf("history after the decision = %s, want the 2 attempts, the last marked ResolvedNotApplied",
 			envtestutil.JSON(after.Status.AttemptHistory))
+	}
+	if len(after.Status.Conditions) != 3 || after.Status.LastError == "" {
+		t.Errorf("conditions %s and lastError %q after the decision, want Ready, Reconciling, Stalled and the last error",
+			envtestutil.JSON(after.Status.Conditions), after.Status.LastError)
 	}
 	if r := after.Status.Response; r == nil || r.Body != busy.Body || r.StatusCode != 503 {
 		t.Errorf("response after the decision = %s, want the recorded 503 and its body", envtestutil.JSON(r))
