@@ -241,8 +241,10 @@ func (w *relistWatcher) List(opts metav1.ListOptions) (runtime.Object, error) {
 func (w *relistWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	w.ix.relistStarted()
 	obj, err := w.inner.ListWithContext(ctx, opts)
-	// Done either way: after an error the reflector lists again (relistStarted again) before it watches.
-	defer w.ix.relistDone()
+	if err == nil {
+		// After an error the informer still lacks what changed: it stays "re-listing" until a list succeeds.
+		w.ix.relistDone()
+	}
 	return obj, err
 }
 
@@ -258,8 +260,7 @@ func (w *relistWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOp
 	w.ix.relistStarted()
 	wi, err := w.inner.WatchWithContext(ctx, opts)
 	if err != nil {
-		w.ix.relistDone()
-		return nil, err
+		return nil, err // still re-listing: the reflector tries again, with a watch-list or a LIST
 	}
 	var once sync.Once
 	return watch.Filter(wi, func(e watch.Event) (watch.Event, bool) {
