@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,7 +25,9 @@ var ErrTrimmedCopy = errors.New("refusing to write from a trimmed cache copy (at
 
 // trimmedMark is the annotations map of a trimmed object that had none: shared by all of them, so the mark costs
 // no allocation per cached object. The cache hands out deep copies, so nothing writes to it.
-var trimmedMark = map[string]string{AnnotationCacheTrimmed: "true"}
+var trimmedMark = map[string]string{AnnotationCacheTrimmed: trimmedValue}
+
+const trimmedValue = "true"
 
 // TrimFinished is the cache transform of ExternalActions (cache.ByObject Transform; it also strips managedFields,
 // as the cache's default transform does for every other kind). For a finished action (a terminal phase, no open
@@ -52,10 +55,8 @@ func TrimFinished(obj any) (any, error) {
 		xa.Annotations = trimmedMark
 	} else {
 		a := make(map[string]string, len(xa.Annotations)+1)
-		for k, v := range xa.Annotations {
-			a[k] = v
-		}
-		a[AnnotationCacheTrimmed] = "true"
+		maps.Copy(a, xa.Annotations)
+		a[AnnotationCacheTrimmed] = trimmedValue
 		xa.Annotations = a
 	}
 	return xa, nil

@@ -43,11 +43,13 @@ func TestTombstoneIndexRelists(t *testing.T) {
 
 	fw := watch.NewFake()
 	lw := ix.RelistHook(&toolscache.ListWatch{
-		ListFunc:  func(metav1.ListOptions) (runtime.Object, error) { return &actionsv1alpha1.ExternalActionList{}, nil },
-		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return fw, nil },
-	})
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return &actionsv1alpha1.ExternalActionList{}, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return fw, nil },
+	}).(toolscache.ListerWatcherWithContext)
 	yes := true
-	w, err := lw.Watch(metav1.ListOptions{SendInitialEvents: &yes})
+	w, err := lw.WatchWithContext(ctx, metav1.ListOptions{SendInitialEvents: &yes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +79,7 @@ func TestTombstoneIndexRelists(t *testing.T) {
 	}
 
 	// A plain re-list: during it nothing is proven, after it a new snapshot is taken.
-	if _, err := lw.List(metav1.ListOptions{}); err != nil {
+	if _, err := lw.ListWithContext(ctx, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !absent("ahead", "13") {
