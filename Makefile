@@ -236,6 +236,7 @@ helm-chart: manifests kustomize kubebuilder ## Regenerate the Helm chart in dist
 	mkdir -p "$$tmp/dist/chart" && for f in Chart.yaml values.yaml; do \
 		if [ -f "dist/chart/$$f" ]; then cp "dist/chart/$$f" "$$tmp/dist/chart/"; fi; done && \
 	( cd "$$tmp" && "$(KUBEBUILDER)" edit --plugins=helm/v2-alpha --manifests=install.yaml --output-dir=dist ) && \
+	hack/helm-chart-post.sh "$$tmp/dist/chart" && \
 	mkdir -p dist && rm -rf dist/chart && cp -R "$$tmp/dist/chart" dist/chart && \
 	echo "dist/chart regenerated from config/default"
 
