@@ -1,5 +1,7 @@
 # Image URL to use all building/pushing image targets
 IMG ?= controller:latest
+# LOCALBIN is where tools and the built binaries go.
+LOCALBIN ?= $(shell pwd)/bin
 # YEAR defines the year value used for substituting the YEAR placeholder in the boilerplate header.
 YEAR ?= $(shell date +%Y)
 
@@ -103,9 +105,21 @@ lint-config: golangci-lint ## Verify golangci-lint linter configuration
 
 ##@ Build
 
+# GO_SOURCES are the inputs of manifests, generate, fmt and vet. build and run-local run those four only when one
+# of them changed since the last successful run (the stamp bin/.generated), so a second 'make run-local' goes
+# straight to the go build (incremental) and the start; 'make test' and 'make verify' still run them every time.
+# The directories below them are listed too, so that adding or deleting a file (which changes its directory)
+# counts as a change; not the top-level ones, since "test" is also the name of a target.
+GO_SOURCES = $(shell find api cmd internal test -mindepth 1 \( -type d -o -name '*.go' -not -name 'zz_generated.*' \) 2>/dev/null) hack/boilerplate.go.txt
+
+$(LOCALBIN)/.generated: $(GO_SOURCES) | $(LOCALBIN)
+	$(MAKE) --no-print-directory manifests generate fmt vet
+	@touch "$@"
+
 .PHONY: build
-build: manifests generate fmt vet ## Build manager binary.
+build: $(LOCALBIN)/.generated ## Build the manager, the kubectl plugin and the demo destination into bin/ (generate, fmt and vet first when a Go file changed).
 	go build -o bin/actionledger ./cmd
+	go build -o bin/kubectl-actionledger ./cmd/kubectl-actionledger
 	go build -o bin/demo-destination ./test/cmd/destination
 
 .PHONY: run
@@ -113,7 +127,7 @@ run: manifests generate fmt vet ## Run a controller from your host against the c
 	go run ./cmd/main.go
 
 .PHONY: run-local
-run-local: manifests controlplane build ## Start etcd + kube-apiserver, install the CRDs, run the manager and the demo destination; Ctrl-C stops all.
+run-local: controlplane build ## Start etcd + kube-apiserver, install the CRDs, run the manager and the demo destination; Ctrl-C stops all.
 	hack/run-local.sh
 
 # If you wish to build the manager image targeting other platforms you can use the --platform flag.
@@ -179,8 +193,7 @@ undeploy: kustomize ## Undeploy controller from the K8s cluster specified in ~/.
 
 ##@ Dependencies
 
-## Location to install dependencies to
-LOCALBIN ?= $(shell pwd)/bin
+## Location to install dependencies to: LOCALBIN, set at the top (rules above name it)
 $(LOCALBIN):
 	mkdir -p "$(LOCALBIN)"
 
@@ -224,21 +237,12 @@ kubebuilder: $(KUBEBUILDER) ## Download kubebuilder locally if necessary.
 $(KUBEBUILDER): | $(LOCALBIN)
 	$(call go-install-tool,$(KUBEBUILDER),sigs.k8s.io/kubebuilder/v4,$(KUBEBUILDER_VERSION))
 
-# helm-chart runs kubebuilder's helm/v2-alpha plugin in a scratch directory on the kustomize render of
-# config/default, so that it neither runs 'make build-installer' (which edits config/manager) nor adds its
-# Makefile targets and CI workflow here; only the hand-kept Chart.yaml and values.yaml go in first, and
-# every template comes back regenerated (a template config/ no longer produces disappears). test/integration/ecosystem/helm_test.go fails on drift.
+# helm-chart regenerates dist/chart from the kustomize render of config/default with kubebuilder's helm/v2-alpha
+# plugin, in a scratch directory (hack/helm-chart.sh says how and what is kept by hand).
+# test/integration/ecosystem/helm_test.go fails on drift.
 .PHONY: helm-chart
 helm-chart: manifests kustomize kubebuilder ## Regenerate the Helm chart in dist/chart from config/ (kubebuilder helm/v2-alpha).
-	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
-	cp PROJECT "$$tmp/" && mkdir -p "$$tmp/dist" && \
-	"$(KUSTOMIZE)" build config/default > "$$tmp/install.yaml" && \
-	mkdir -p "$$tmp/dist/chart" && for f in Chart.yaml values.yaml; do \
-		if [ -f "dist/chart/$$f" ]; then cp "dist/chart/$$f" "$$tmp/dist/chart/"; fi; done && \
-	( cd "$$tmp" && "$(KUBEBUILDER)" edit --plugins=helm/v2-alpha --manifests=install.yaml --output-dir=dist ) && \
-	hack/helm-chart-post.sh "$$tmp/dist/chart" && \
-	mkdir -p dist && rm -rf dist/chart && cp -R "$$tmp/dist/chart" dist/chart && \
-	echo "dist/chart regenerated from config/default"
+	KUSTOMIZE="$(KUSTOMIZE)" KUBEBUILDER="$(KUBEBUILDER)" hack/helm-chart.sh dist
 
 # go-install-tool will 'go install' any package with custom target and name of binary, if it doesn't exist
 # $1 - target path with name of binary

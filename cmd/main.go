@@ -14,15 +14,14 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command actionledger is the actionledger manager. "actionledger fingerprint -f action.yaml" prints the
-// fingerprint the controller computes for an ExternalAction manifest.
+// Command actionledger is the actionledger manager. "actionledger fingerprint -f actions.yaml" prints the
+// fingerprint the controller computes for each ExternalAction of a manifest.
 package main
 
 import (
 	"crypto/tls"
 	"flag"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"strings"
@@ -35,17 +34,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
-	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
-	"github.com/actionledger/actionledger/internal/fingerprint"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "fingerprint" {
-		os.Exit(fingerprintCmd(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(fingerprintCmd(os.Args[2:], os.Stdin, os.Stdout, os.Stderr, stdinIsTerminal))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "gateway" {
+		os.Exit(gatewayCmd(os.Args[2:], os.Stderr))
 	}
 	os.Exit(run())
 }
@@ -58,6 +58,8 @@ func run() int {
 		qps                                               float64
 		burst, concurrency                                int
 		claimMargin                                       time.Duration
+		maxInFlight                                       int
+		shutdownGrace                                     time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to, "+
 		"e.g. :8443 (HTTPS) or :8080 (HTTP with --metrics-secure=false). 0 disables it.")
@@ -76,6 +78,13 @@ func run() int {
 	flag.IntVar(&concurrency, "max-concurrent-reconciles", 16, "ExternalActions reconciled (and sent) in parallel.")
 	flag.DurationVar(&claimMargin, "claim-margin", 5*time.Second,
 		"Added to a destination's timeout to form a claim's expiry.")
+	flag.IntVar(&maxInFlight, "max-in-flight", dispatch.DefaultGlobalMaxInFlight,
+		"Requests in flight to all destinations at once (each destination also has spec.concurrency.maxInFlight). "+
+			"Sends do not hold reconcile workers.")
+	flag.DurationVar(&shutdownGrace, "shutdown-grace", dispatch.DefaultShutdownGrace,
+		"On SIGTERM or loss of leadership: how long requests in flight are awaited and their outcomes recorded; "+
+			"what is still open then is left claimed (DESIGN rule 3 after a restart). Keep it below the pod's "+
+			"terminationGracePeriodSeconds minus 10s.")
 	var egressCfg egress.Config
 	cidrsFlag(&egressCfg.Allow, strings.TrimPrefix(egress.FlagAllow, "--"), "Comma-separated CIDRs that destinations "+
 		"may reach although the default egress deny set (loopback, link-local/cloud metadata, unspecified, multicast, "+
@@ -94,7 +103,8 @@ func run() int {
 		out := flag.CommandLine.Output()
 		_, _ = fmt.Fprintf(out, "Usage:\n"+
 			"  %[1]s [flags]                     run the manager\n"+
-			"  %[1]s fingerprint -f action.yaml  print the fingerprint the controller computes for a manifest\n"+
+			"  %[1]s fingerprint -f action.yaml  print NAME FINGERPRINT for each ExternalAction in a manifest\n"+
+			"  %[1]s gateway [flags]             run the HTTP gateway (docs/gateway.md; -h lists its flags)\n"+
 			"\nFlags:\n", os.Args[0])
 		flag.PrintDefaults()
 	}
@@ -115,6 +125,7 @@ func run() int {
 	mgr, err := app.New(cfg, app.Options{
 		MetricsServer: &ms, ProbeAddr: probeAddr, LeaderElection: leaderElect, LeaderElectionNamespace: leNamespace,
 		ControllerNamespace: controllerNS, MaxConcurrentReconciles: concurrency, ClaimMargin: claimMargin,
+		MaxInFlight: maxInFlight, ShutdownGrace: shutdownGrace,
 		Egress:                    &egressCfg,
 		InsecureSkipVerifyAllowed: insecureSkipVerifyAllowed,
 	})
@@ -124,6 +135,7 @@ func run() int {
 	}
 	setupLog.Info("Starting manager",
 		"leaderElection", leaderElect, "qps", qps, "burst", burst, "concurrency", concurrency,
+		"maxInFlight", maxInFlight, "shutdownGrace", shutdownGrace,
 		"egressAllow", egressCfg.Allow, "egressDeny", egressCfg.Deny)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Failed to run manager")
@@ -150,46 +162,4 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
-}
-
-// fingerprintCmd prints the fingerprint of an ExternalAction manifest (YAML or JSON; "-" reads stdin).
-func fingerprintCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("fingerprint", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("f", "-", "ExternalAction manifest (YAML or JSON); - reads standard input")
-	canonical := fs.Bool("canonical", false, "also print the RFC 8785 canonical JSON that is hashed")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	var raw []byte
-	var err error
-	if *file == "-" {
-		raw, err = io.ReadAll(stdin)
-	} else {
-		raw, err = os.ReadFile(*file)
-	}
-	if err != nil {
-		_, _ = fmt.Fprintf(stderr, "actionledger fingerprint: %v\n", err)
-		return 1
-	}
-	xa := &actionsv1alpha1.ExternalAction{}
-	if err := yaml.UnmarshalStrict(raw, xa); err != nil {
-		_, _ = fmt.Fprintf(stderr, "actionledger fingerprint: %s is not an ExternalAction: %v\n", *file, err)
-		return 1
-	}
-	if xa.Kind != "ExternalAction" {
-		_, _ = fmt.Fprintf(stderr, "actionledger fingerprint: %s has kind %q, want ExternalAction\n", *file, xa.Kind)
-		return 1
-	}
-	fp, err := fingerprint.Compute(&xa.Spec)
-	if err != nil {
-		_, _ = fmt.Fprintf(stderr, "actionledger fingerprint: %v\n", err)
-		return 1
-	}
-	_, _ = fmt.Fprintln(stdout, fp)
-	if *canonical {
-		c, _ := fingerprint.Canonical(&xa.Spec)
-		_, _ = fmt.Fprintln(stdout, string(c))
-	}
-	return 0
 }

@@ -75,6 +75,19 @@ def main():
         "`status.conditions` are standard `metav1.Condition`s (`type`, `status`, `reason`, `message`,",
         "`observedGeneration`, `lastTransitionTime`).",
         "",
+        "The field descriptions are written for `kubectl explain` and say what each field does. Where a field",
+        "follows one of the design rules ([design.md](design.md)), the rule and the longer explanation are here:",
+        "",
+        "| Fields | Rule | Explained in |",
+        "|---|---|---|",
+        "| `status.claim`, `status.attemptHistory` | claim before send, record after send (DESIGN rules 1, 2) | [concepts.md](concepts.md) |",
+        "| `status.claim.expiresAt`, `idempotency.supported`, `effect`, `reconciliation` | uncertain outcomes (DESIGN rule 3) | [retries.md](retries.md) |",
+        "| `retryPolicy.retryOnStatus`, `attemptHistory[].errorClass` | which failures prove nothing was applied (DESIGN rule 4) | [retries.md](retries.md) |",
+        "| `retryPolicy`, `retryBudget`, `rateLimit` | finite retries, Retry-After (DESIGN rule 5) | [retries.md](retries.md) |",
+        "| `status.fingerprint`, immutable `destinationRef`/`request`/`successWhen` | the fingerprint binds the key (DESIGN rule 6) | [concepts.md](concepts.md) |",
+        "| `retention`, `ttlSecondsAfterFinished`, ActionTombstone, `status.replayedFrom` | identity outlives the object (DESIGN rule 7) | [retention.md](retention.md) |",
+        "| `request.path`, `url`, `auth`, `tls`, `namespaceSelector`, `response.body` redaction and trimming | tenants reach only what the admin allows (DESIGN rule 11) | [security.md](security.md) |",
+        "",
     ]
     for kind in ORDER + sorted(k for k in crds if k not in ORDER):
         crd = crds.get(kind)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run-local.sh runs actionledger on this machine with no cluster, no container and no download:
 # etcd and kube-apiserver (built from Go modules into bin/k8s by hack/build-controlplane.sh) on
-# loopback, the CRDs, the demo destination (bin/demo-destination) and the manager
-# (bin/actionledger) as plain processes. It applies config/samples (a Destination "demo" and the
+# loopback, the CRDs, the demo destination (bin/demo-destination), the manager
+# (bin/actionledger) and the HTTP gateway (bin/actionledger gateway, TLS with a certificate of the
+# script's local CA) as plain processes. It applies config/samples (a Destination "demo" and the
 # ExternalAction "invoice-7"), waits until the action is Ready, prints the kubectl commands to try
 # and stays in the foreground. Ctrl-C (or SIGTERM) stops every process it started.
 #
@@ -15,6 +16,8 @@
 #                              address as /32 or /128: loopback is denied by default, docs/security.md)
 #   RUN_LOCAL_METRICS_ADDR     manager metrics address, plain HTTP (default 127.0.0.1:8080)
 #   RUN_LOCAL_PROBE_ADDR       manager health probe address (default 127.0.0.1:8081)
+#   RUN_LOCAL_GATEWAY_ADDR     gateway address, HTTPS (default 127.0.0.1:9443; docs/gateway.md)
+#   RUN_LOCAL_GATEWAY_METRICS_ADDR gateway metrics address, HTTPS (default 127.0.0.1:9444)
 #   RUN_LOCAL_BIN_DIR          where actionledger and demo-destination are (default ./bin)
 #   KUBEBUILDER_ASSETS         where etcd, kube-apiserver, kubectl are (default ./bin/k8s/<ver>-<os>-<arch>)
 #   RUN_LOCAL_EXIT_AFTER_READY =1: stop everything and exit 0 once the sample is Ready (tests)
@@ -31,6 +34,8 @@ state=${RUN_LOCAL_DIR:-${root}/.local}
 dest_addr=${RUN_LOCAL_DEST_ADDR:-127.0.0.1:8089}
 metrics_addr=${RUN_LOCAL_METRICS_ADDR:-127.0.0.1:8080}
 probe_addr=${RUN_LOCAL_PROBE_ADDR:-127.0.0.1:8081}
+gateway_addr=${RUN_LOCAL_GATEWAY_ADDR:-127.0.0.1:9443}
+gateway_metrics_addr=${RUN_LOCAL_GATEWAY_METRICS_ADDR:-127.0.0.1:9444}
 timeout=${RUN_LOCAL_TIMEOUT:-180}
 dest_host=${dest_addr%:*}
 dest_host=${dest_host#[}
@@ -171,6 +176,8 @@ check_addr_free() { # check_addr_free WHAT HOST:PORT VAR
 check_addr_free "demo destination" "${dest_addr}" RUN_LOCAL_DEST_ADDR
 check_addr_free "metrics" "${metrics_addr}" RUN_LOCAL_METRICS_ADDR
 check_addr_free "health probe" "${probe_addr}" RUN_LOCAL_PROBE_ADDR
+check_addr_free "gateway" "${gateway_addr}" RUN_LOCAL_GATEWAY_ADDR
+check_addr_free "gateway metrics" "${gateway_metrics_addr}" RUN_LOCAL_GATEWAY_METRICS_ADDR
 
 # Fresh etcd data and logs each run; the PKI is kept (it does not depend on the ports).
 rm -rf "${state}/etcd" "${logs}"
@@ -196,6 +203,18 @@ if [[ ! -s "${pki}/admin.crt" ]]; then
     openssl genrsa -out sa.key 2048 2>/dev/null
     rm -f ./*.csr ./*.ext ca.srl
   ) || die "creating certificates with openssl failed"
+fi
+
+# The gateway's serving certificate, from the same CA (a PKI of an earlier run may lack it).
+if [[ ! -s "${pki}/gateway.crt" ]]; then
+  (
+    cd "${pki}"
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=actionledger-gateway" -keyout gateway.key -out gateway.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >gateway.ext
+    openssl x509 -req -in gateway.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile gateway.ext -out gateway.crt 2>/dev/null
+    rm -f gateway.csr gateway.ext ca.srl
+  ) || die "creating the gateway certificate with openssl failed"
 fi
 
 etcd_port=$(free_port)
@@ -280,12 +299,29 @@ start actionledger "${bindir}/actionledger" \
   --health-probe-bind-address="${probe_addr}" \
   --controller-namespace=default \
   --destination-allow-cidrs="${allow_cidrs}"
+# The gateway uses the admin kubeconfig here; in a cluster it runs as its own ServiceAccount with
+# config/gateway/role.yaml. It listens once its informer cache has synced.
+start gateway "${bindir}/actionledger" gateway \
+  --kubeconfig="${kubeconfig}" \
+  --bind-address="${gateway_addr}" \
+  --metrics-bind-address="${gateway_metrics_addr}" \
+  --health-probe-bind-address=0 \
+  --tls-cert-file="${pki}/gateway.crt" \
+  --tls-key-file="${pki}/gateway.key"
+gateway_pid=${pids[${#pids[@]} - 1]}
 
 # The samples point at the default destination address; follow RUN_LOCAL_DEST_ADDR.
 log "applying config/samples: Destination demo, ExternalAction invoice-7"
 sed "s#http://127.0.0.1:8089#http://${dest_addr}#" config/samples/actions_v1alpha1_destination.yaml |
   "${kubectl}" apply -f - >&2
 "${kubectl}" apply -f config/samples/actions_v1alpha1_externalaction.yaml >&2
+
+# A caller for the gateway: the ServiceAccount "checkout" may create and get ExternalActions in default.
+"${kubectl}" create serviceaccount checkout >/dev/null
+"${kubectl}" create role checkout --verb=create,get --resource=externalactions.actions.actionledger.dev >/dev/null
+"${kubectl}" create rolebinding checkout --role=checkout --serviceaccount=default:checkout >/dev/null
+log "waiting for the gateway on https://${gateway_addr} ..."
+wait_until "gateway" "${gateway_pid}" listening "${gateway_addr%:*}" "${gateway_addr##*:}"
 
 log "waiting for externalaction/invoice-7 to be Ready ..."
 if ! "${kubectl}" wait --for=condition=Ready externalaction/invoice-7 --timeout="${timeout}s" >&2; then
@@ -300,9 +336,10 @@ cat <<EOF
 
 actionledger is running on a local control plane.
   kubeconfig:        ${kubeconfig}
-  logs:              ${logs}/{etcd,kube-apiserver,demo-destination,actionledger}.log
+  logs:              ${logs}/{etcd,kube-apiserver,demo-destination,actionledger,gateway}.log
   metrics:           http://${metrics_addr}/metrics
   demo destination:  http://${dest_addr} (GET /_summary counts the requests)
+  gateway:           https://${gateway_addr} (CA ${pki}/ca.crt; docs/gateway.md)
 
 Try:
   export KUBECONFIG=${kubeconfig}
@@ -312,6 +349,12 @@ Try:
   ${kubectl_rel} wait --for=condition=Ready externalaction/invoice-7
   ${kubectl_rel} get xdest
   ${kubectl_rel} explain externalaction.spec
+
+The gateway (the ServiceAccount checkout may create and get actions in namespace default):
+  TOKEN=\$(${kubectl_rel} create token checkout)
+  curl --cacert ${pki}/ca.crt -H "Authorization: Bearer \$TOKEN" -H 'Idempotency-Key: "order-1"' \\
+    -H 'Content-Type: application/json' -d '{"amount":1}' \\
+    https://${gateway_addr}/v1/namespaces/default/destinations/demo/charges
 
 Processes: $(for i in "${!pids[@]}"; do printf '%s=%s ' "${names[i]}" "${pids[i]}"; done)
 EOF

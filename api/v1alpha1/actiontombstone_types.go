@@ -21,8 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// ActionTombstoneSpec is what outlives a collected or deleted ExternalAction (DESIGN rule 7): enough to replay
-// its outcome and to refuse a different payload under the same key, and nothing more.
+// ActionTombstoneSpec is what outlives a collected or deleted ExternalAction: enough to replay its outcome and to refuse a different payload under the same key, and nothing more.
 type ActionTombstoneSpec struct {
 	// key is the idempotency key (namespace/name of the action).
 	// +kubebuilder:validation:MaxLength=512
@@ -30,7 +29,7 @@ type ActionTombstoneSpec struct {
 	// fingerprint is the action's fingerprint.
 	// +kubebuilder:validation:MaxLength=80
 	Fingerprint string `json:"fingerprint"`
-	// phase is the action's phase when it went.
+	// phase is the action's phase when its object was deleted.
 	Phase Phase `json:"phase"`
 	// statusCode is the recorded response code, if any.
 	// +optional
@@ -42,7 +41,7 @@ type ActionTombstoneSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	UID string `json:"uid,omitempty"`
-	// expiresAt is the end of the replay horizon (tombstoneTTL after the object went); then the tombstone is collected.
+	// expiresAt is the end of the replay horizon: the destination's retention.tombstoneTTL after the object was deleted. Then the tombstone is deleted, and the same name is a new action.
 	ExpiresAt metav1.Time `json:"expiresAt"`
 }
 
@@ -53,8 +52,7 @@ type ActionTombstoneSpec struct {
 // EXPIRES is a string column: kubectl prints a future time in a date column as <invalid>.
 // +kubebuilder:printcolumn:name="EXPIRES",type=string,JSONPath=`.spec.expiresAt`,description="When the tombstone is removed"
 
-// ActionTombstone is the controller's record of a finished ExternalAction whose object is gone. Its name is the
-// action's name, in the action's namespace. It is written by the controller; do not edit it.
+// ActionTombstone is the controller's record of a finished ExternalAction whose object is gone. Its name is the action's name, in the action's namespace. It is written by the controller; do not edit it.
 type ActionTombstone struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional

@@ -33,6 +33,7 @@ const (
 	ReasonRetryScheduled         = "RetryScheduled"         // waiting for nextAttemptAt
 	ReasonRateLimited            = "RateLimited"            // waiting for the destination's rate limit or Retry-After pause
 	ReasonRetryBudgetExhausted   = "RetryBudgetExhausted"   // waiting for the destination's retry budget
+	ReasonConcurrencyLimited     = "ConcurrencyLimited"     // waiting for room in the destination's requests in flight
 	ReasonSucceeded              = "Succeeded"              // successWhen held
 	ReasonReplayed               = "Replayed"               // the outcome came from a tombstone
 	ReasonRejected               = "Rejected"               // business rejection by the destination

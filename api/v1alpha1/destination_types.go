@@ -53,9 +53,7 @@ type SecretKeySelector struct {
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 
-	// namespace is the Secret's namespace. It may be omitted: a Destination reads Secrets only in its own
-	// namespace and a ClusterDestination only in the controller's namespace; any other value is refused
-	// (condition Ready=False, reason SecretNotAllowed) and nothing is sent.
+	// namespace is the Secret's namespace. It may be omitted: a Destination reads Secrets only in its own namespace and a ClusterDestination only in the controller's namespace; any other value is refused (condition Ready=False, reason SecretNotAllowed) and nothing is sent.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace,omitempty"`
@@ -75,17 +73,15 @@ type SecretReference struct {
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 
-	// namespace is the Secret's namespace; the same rule as SecretKeySelector.namespace applies.
+	// namespace is the Secret's namespace. It may be omitted: a Destination reads Secrets only in its own namespace and a ClusterDestination only in the controller's namespace; any other value is refused (condition Ready=False, reason SecretNotAllowed) and nothing is sent.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// TLSConfig configures TLS towards the destination. Certificate verification is always on unless
-// insecureSkipVerify is set explicitly.
+// TLSConfig configures TLS towards the destination. Certificate verification is always on unless insecureSkipVerify is set explicitly.
 type TLSConfig struct {
-	// caBundle is a Secret key holding PEM CA certificates that verify the destination's certificate.
-	// When omitted the system roots are used.
+	// caBundle is a Secret key holding PEM CA certificates that verify the destination's certificate. When omitted the system roots are used.
 	// +optional
 	CABundle *SecretKeySelector `json:"caBundle,omitempty"`
 
@@ -98,18 +94,14 @@ type TLSConfig struct {
 	// +kubebuilder:validation:MaxLength=253
 	ServerName string `json:"serverName,omitempty"`
 
-	// insecureSkipVerify disables certificate verification. For tests only; defaults to false. A namespaced
-	// Destination with it set is not used (Ready=False, reason InsecureSkipVerifyNotAllowed; actions wait and
-	// nothing is sent) unless the manager runs with --insecure-skip-verify-allowed; a ClusterDestination may
-	// always set it.
+	// insecureSkipVerify disables certificate verification; it is meant for tests and defaults to false. A namespaced Destination with it set is not used (Ready=False, reason InsecureSkipVerifyNotAllowed; actions wait and nothing is sent) unless the manager runs with --insecure-skip-verify-allowed; a ClusterDestination may always set it.
 	// +optional
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 }
 
 // HeaderFromSecret is one request header whose value comes from a Secret.
 type HeaderFromSecret struct {
-	// name is the HTTP header name, for example X-Api-Key: an RFC 9110 token (section 5.6.2), not a hop-by-hop
-	// or framing header.
+	// name is the HTTP header name, for example X-Api-Key. It must be an RFC 9110 token (section 5.6.2) and not a hop-by-hop or framing header.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
@@ -142,9 +134,7 @@ type AuthConfig struct {
 
 // IdempotencyConfig says how the idempotency key is sent and whether the destination honours it.
 type IdempotencyConfig struct {
-	// header is the request header that carries the idempotency key (IETF draft
-	// "The Idempotency-Key HTTP Header Field"). Defaults to Idempotency-Key. An RFC 9110 token (section 5.6.2),
-	// not a hop-by-hop or framing header.
+	// header is the request header that carries the idempotency key, as in the IETF draft "The Idempotency-Key HTTP Header Field"; the default is Idempotency-Key. It must be an RFC 9110 token (section 5.6.2) and not a hop-by-hop or framing header.
 	// +optional
 	// +kubebuilder:default=Idempotency-Key
 	// +kubebuilder:validation:MaxLength=256
@@ -152,33 +142,25 @@ type IdempotencyConfig struct {
 	// +kubebuilder:validation:XValidation:rule=`!(self.lowerAscii() in ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect', 'content-length', 'host']) && !self.lowerAscii().startsWith('proxy-')`,message="idempotency.header may not be a hop-by-hop or framing header (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host): the HTTP client sets those; choose another header name"
 	Header string `json:"header,omitempty"`
 
-	// supported states that the destination itself deduplicates on the key, so that re-sending after an
-	// uncertain outcome is safe (DESIGN rule 3). A 409 from such a destination means "still in progress".
+	// supported states that the destination itself deduplicates on the key, so that re-sending after an uncertain outcome (a timeout, a reset connection, a 502) is safe and the controller does so. A 409 from such a destination means "still in progress".
 	// +optional
 	Supported bool `json:"supported,omitempty"`
 
-	// keyFormat is the key sent downstream. {namespace} and {name} are replaced by the ExternalAction's
-	// namespace and name. Defaults to "{namespace}/{name}". It never contains the object's UID, so a
-	// re-created object presents the same key. On a ClusterDestination it must contain {namespace}.
+	// keyFormat is the key sent downstream. {namespace} and {name} are replaced by the ExternalAction's namespace and name. Defaults to "{namespace}/{name}". It never contains the object's UID, so a re-created object presents the same key. On a ClusterDestination it must contain {namespace}.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	KeyFormat string `json:"keyFormat,omitempty"`
 }
 
-// ReconciliationCheck is the post-check asked when an attempt's outcome is uncertain (DESIGN rule 3).
-// The request is sent without a body; its answer is judged by two CEL expressions over
-// `response` = {statusCode: int, headers: map(string, string) with lower-case names, body: dyn (parsed JSON, or the text)}.
+// ReconciliationCheck is the post-check: a request the controller sends when an attempt's outcome is uncertain and repeating it is not safe, to ask the destination whether the effect happened. The request is sent without a body. Its answer is judged by two CEL expressions that see `response`, with `response.statusCode` (int), `response.headers` (a map from lower-case header names to values) and `response.body` (the parsed JSON, or the text).
 type ReconciliationCheck struct {
-	// method of the post-check request. Only safe methods are allowed.
+	// method is the HTTP method of the post-check: GET (the default) or HEAD.
 	// +optional
 	// +kubebuilder:default=GET
 	// +kubebuilder:validation:Enum=GET;HEAD
 	Method string `json:"method,omitempty"`
 
-	// path is appended to the destination URL. {key}, {namespace} and {name} are replaced, URL-escaped.
-	// Before the query ('?') it may not contain '.' or '..' segments (also as %2e), %2F, %5C or a backslash,
-	// so that it stays under the destination's base path.
-	// A post-check whose filled-in path leaves the base path anyway is not sent and counts as inconclusive.
+	// path is appended to the destination's URL; {key}, {namespace} and {name} are replaced by the action's URL-escaped values. Before the query ('?') it may not contain '.' or '..' segments (literal or percent-encoded as %2e), %2F, %5C or a backslash, so that the request stays under the destination's base path. A post-check whose filled-in path would leave the base path is not sent and counts as inconclusive.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
@@ -186,77 +168,79 @@ type ReconciliationCheck struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[^?#]*(%2[fF]|%5[cC]|\\\\)')`,message="reconciliation.path may not contain an encoded slash (%2F), a backslash or an encoded backslash (%5C) before the query: a server that decodes them sees another path; use plain '/' between segments"
 	Path string `json:"path"`
 
-	// applied is a CEL expression; true means the action's effect is proven applied (-> Succeeded).
+	// applied is a CEL expression over the post-check's response: true means the action's effect is proven applied, and the action becomes Succeeded.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
 	Applied string `json:"applied"`
 
-	// notApplied is a CEL expression; true means the effect is proven absent (-> a normal retry in the budget).
-	// When neither expression holds the check is inconclusive and is asked again later, up to maxChecks times,
-	// then the action becomes OutcomeUnknown.
+	// notApplied is a CEL expression over the post-check's response: true means the effect is proven absent, and the attempt is retried as usual within the retry policy. When neither expression holds, the check is inconclusive and is asked again later, up to maxChecks times; then the action becomes OutcomeUnknown.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
 	NotApplied string `json:"notApplied"`
 
-	// maxChecks bounds inconclusive post-checks for one uncertain attempt. Defaults to 5.
+	// maxChecks is how many inconclusive post-checks are made for one uncertain attempt; the default is 5.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	MaxChecks *int32 `json:"maxChecks,omitempty"`
 }
 
-// RetryPolicy bounds retries (DESIGN rule 5). On a Destination every unset field takes its default; on an
-// ExternalAction every unset field is inherited from the destination, and a set field may only tighten it
-// (fewer attempts, a shorter deadline, a longer or equal backoff, a subset of retryOnStatus).
+// RetryPolicy bounds retries: attempts, backoff, the overall deadline and the status codes that are retried. On a Destination every unset field takes its default; on an ExternalAction every unset field is inherited from the destination, and a set field may only tighten it (fewer attempts, a shorter deadline, a longer or equal backoff, a subset of retryOnStatus).
 type RetryPolicy struct {
-	// maxAttempts is the total number of attempts including the first. Destination default: 5.
+	// maxAttempts is the total number of attempts, including the first; the default on a Destination is 5.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	MaxAttempts *int32 `json:"maxAttempts,omitempty"`
 
-	// initialBackoff is the delay after the first failed attempt (a Go duration such as "1s"). Default 1s;
-	// at most 24h (MaxBackoff).
+	// initialBackoff is the delay after the first failed attempt, as a Go duration such as "1s". The default is 1s; the maximum is 24h.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) <= duration('24h')`,message="initialBackoff must be a Go duration from 0s to 24h (MaxBackoff), such as 1s"
 	InitialBackoff *metav1.Duration `json:"initialBackoff,omitempty"`
 
-	// maxBackoff caps the exponential backoff before jitter. Default 5m; at most 24h (MaxBackoff).
+	// maxBackoff caps the exponential backoff before jitter, as a Go duration. The default is 5m; the maximum is 24h.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) <= duration('24h')`,message="maxBackoff must be a Go duration from 0s to 24h (MaxBackoff), such as 5m"
 	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
 
-	// backoffMultiplier is the growth factor between consecutive delays, a decimal string >= 1 such as "2" or "1.5". Default "2".
+	// backoffMultiplier is the growth factor between consecutive delays, as a decimal string of at least 1 such as "2" or "1.5"; the default is "2".
 	// +optional
 	// +kubebuilder:validation:MaxLength=8
 	// +kubebuilder:validation:Pattern=`^[1-9][0-9]?(\.[0-9]{1,3})?$`
 	BackoffMultiplier string `json:"backoffMultiplier,omitempty"`
 
-	// jitter is Full (default: uniform in [0, backoff), never earlier than Retry-After) or None.
+	// jitter is Full (the default: each delay is drawn uniformly from zero to the backoff, but never shorter than a Retry-After) or None (the backoff as it is).
 	// +optional
 	Jitter JitterMode `json:"jitter,omitempty"`
 
-	// deadline is the overall time budget measured from the ExternalAction's creation. Default 1h; greater than
-	// 0s and at most 720h, 30 days (MaxDeadline). A retry that would start after it ends the action Exhausted at once.
+	// deadline is the overall time budget, measured from the ExternalAction's creation, as a Go duration. The default is 1h; it must be greater than 0s and at most 720h (30 days). A retry that would start after it ends the action Exhausted at once.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) > duration('0s') && duration(self) <= duration('720h')`,message="deadline must be a Go duration greater than 0s and at most 720h (MaxDeadline), such as 1h"
 	Deadline *metav1.Duration `json:"deadline,omitempty"`
 
-	// retryOnStatus lists the response codes that are retried. Default 408, 425, 429, 500, 502, 503, 504.
-	// 408, 425, 429 and 503 say the request was not processed and are retried directly; any other code in this
-	// list is retried directly only when repeating is safe, and is otherwise an uncertain outcome (DESIGN rule 4).
+	// retryOnStatus lists the response status codes that are retried; the default is 408, 425, 429, 500, 502, 503 and 504. 408, 425, 429 and 503 say that the request was not processed, so they are retried directly. Any other code in this list is retried directly only when repeating is safe (the destination deduplicates on the key, or its effect is Safe or Idempotent); otherwise it is an uncertain outcome, settled by the post-check or by a person.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=set
 	RetryOnStatus []int32 `json:"retryOnStatus,omitempty"`
+}
+
+// Concurrency bounds the requests in flight to a destination at once.
+type Concurrency struct {
+	// maxInFlight is the largest number of requests (attempts and post-checks) in flight to the destination at once, shared by every action that uses it in any namespace and served fairly across namespaces.
+	// Defaults to 64; at most 1024, and never more than the manager's --max-in-flight. An action that would wait behind a full round of requests shows reason ConcurrencyLimited and is claimed only when there is room.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	MaxInFlight *int32 `json:"maxInFlight,omitempty"`
 }
 
 // RateLimit is a token bucket shared by every action that uses the destination, served fairly across namespaces.
@@ -267,30 +251,28 @@ type RateLimit struct {
 	// +kubebuilder:validation:Maximum=100000
 	RequestsPerSecond int32 `json:"requestsPerSecond"`
 
-	// burst is the bucket size. Defaults to requestsPerSecond.
+	// burst is the bucket size; the default is requestsPerSecond.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
 	Burst *int32 `json:"burst,omitempty"`
 }
 
-// RetryBudget limits retries to a fraction of recent first attempts plus a floor, as Finagle and Envoy do.
-// First attempts never wait on the retry budget.
+// RetryBudget limits retries to a fraction of recent first attempts plus a floor, as Finagle and Envoy do. First attempts never wait on the retry budget.
 type RetryBudget struct {
-	// retryPercent is the share of first attempts in the window that may be retried, in percent. Default 20.
+	// retryPercent is the share of first attempts in the window that may be retried, in percent; the default is 20.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	RetryPercent *int32 `json:"retryPercent,omitempty"`
 
-	// minRetriesPerSecond is the floor of retries always allowed, per second. Default 1.
+	// minRetriesPerSecond is the number of retries per second that are always allowed; the default is 1.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000
 	MinRetriesPerSecond *int32 `json:"minRetriesPerSecond,omitempty"`
 
-	// window is the sliding window over which first attempts are counted. Default 10s; greater than 0s and at
-	// most 1h (MaxRetryBudgetWindow).
+	// window is the sliding window over which first attempts are counted, as a Go duration. The default is 10s; it must be greater than 0s and at most 1h.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
@@ -298,19 +280,16 @@ type RetryBudget struct {
 	Window *metav1.Duration `json:"window,omitempty"`
 }
 
-// Retention says how long finished actions and their tombstones are kept (DESIGN rule 7).
+// Retention says how long finished actions and their tombstones are kept.
 type Retention struct {
-	// ttlAfterFinished is how long a finished ExternalAction object is kept after completedAt. Default 24h; at
-	// most 2160h, 90 days (MaxTTLAfterFinished). OutcomeUnknown actions are never collected before a person decides.
+	// ttlAfterFinished is how long a finished ExternalAction object is kept after completedAt, as a Go duration. The default is 24h; the maximum is 2160h (90 days). OutcomeUnknown actions are never deleted before a person decides.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule=`self.matches('^(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$') && duration(self) <= duration('2160h')`,message="ttlAfterFinished must be a Go duration from 0s to 2160h (MaxTTLAfterFinished), such as 24h"
 	TTLAfterFinished *metav1.Duration `json:"ttlAfterFinished,omitempty"`
 
-	// tombstoneTTL is how long the key stays bound to its fingerprint and outcome after the object is gone
-	// (the replay horizon). Default 720h (30 days); at most 9600h, 400 days (MaxTombstoneTTL). After it the same
-	// name is a new action.
+	// tombstoneTTL is how long the key stays bound to its fingerprint and outcome after the object is gone (the replay horizon), as a Go duration. The default is 720h (30 days); the maximum is 9600h (400 days). After it, the same name is a new action.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
@@ -321,10 +300,7 @@ type Retention struct {
 // DestinationSpec is an endpoint catalog entry: where actions are sent and under which rules.
 // +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.caBundle) || self.url.startsWith('https://')",message="tls.caBundle needs an https:// url"
 type DestinationSpec struct {
-	// url is the base URL (http or https); each action's request.path is appended to it. Its path may not
-	// contain '.' or '..' segments (also as %2e), a backslash or %5C: the base path is the boundary that request
-	// paths stay under.
-	// The controller checks the joined, normalized URL again before each send (reason PathOutsideBase).
+	// url is the base URL (http or https); each action's request.path is appended to it. Its path may not contain '.' or '..' segments (literal or percent-encoded as %2e), a backslash or %5C: the base path is the boundary that request paths stay under. The controller checks the joined, normalized URL again before each send and refuses one that leaves the base path (reason PathOutsideBase).
 	// +required
 	// +kubebuilder:validation:MinLength=8
 	// +kubebuilder:validation:MaxLength=2048
@@ -333,8 +309,7 @@ type DestinationSpec struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[^?#]*(\\\\|%5[cC])')`,message="url may not contain a backslash or an encoded backslash (%5C) before the query; use '/' between segments"
 	URL string `json:"url"`
 
-	// timeout is the per-attempt timeout (a Go duration). Default 30s; greater than 0s and at most 10m
-	// (MaxTimeout). A send still running after it is an uncertain outcome, never a failure.
+	// timeout is the time allowed for one attempt, as a Go duration. The default is 30s; it must be greater than 0s and at most 10m. A send still running after it is an uncertain outcome, never a failure.
 	// +optional
 	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:Type=string
@@ -354,39 +329,42 @@ type DestinationSpec struct {
 	// +optional
 	Idempotency *IdempotencyConfig `json:"idempotency,omitempty"`
 
-	// effect is the side-effect class of the endpoint. When unset it follows the request method as RFC 9110
-	// section 9.2 defines it: GET, HEAD, OPTIONS Safe; PUT, DELETE Idempotent; POST, PATCH Unsafe.
+	// effect is the side-effect class of the endpoint. When unset it follows the request method as RFC 9110 section 9.2 defines it: GET, HEAD, OPTIONS Safe; PUT, DELETE Idempotent; POST, PATCH Unsafe.
 	// +optional
 	Effect Effect `json:"effect,omitempty"`
 
-	// reconciliation is the post-check asked when an outcome is uncertain and repeating is not safe.
+	// reconciliation is the post-check that is asked when an outcome is uncertain and repeating is not safe.
 	// +optional
 	Reconciliation *ReconciliationCheck `json:"reconciliation,omitempty"`
 
-	// retryPolicy bounds retries of actions sent here.
+	// retryPolicy bounds the retries of actions sent to this destination.
 	// +optional
 	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
 
-	// rateLimit is shared by every action that uses this destination, fair across namespaces.
+	// rateLimit limits the requests sent to this destination; it is shared by every action that uses it, fairly across namespaces.
 	// +optional
 	RateLimit *RateLimit `json:"rateLimit,omitempty"`
+
+	// concurrency bounds the requests in flight to this destination, shared by every action that uses it.
+	// +optional
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
 
 	// retryBudget limits retries relative to first attempts.
 	// +optional
 	RetryBudget *RetryBudget `json:"retryBudget,omitempty"`
 
-	// retention of finished actions and their tombstones.
+	// retention says how long finished actions and their tombstones are kept.
 	// +optional
 	Retention *Retention `json:"retention,omitempty"`
 }
 
 // DestinationStatus is the observed state of a Destination.
 type DestinationStatus struct {
-	// observedGeneration is the generation last validated.
+	// observedGeneration is the metadata.generation that the conditions describe.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Ready is True when the destination's Secrets and expressions are valid.
+	// conditions holds Ready, which is True when the destination can be used: its Secrets exist and are allowed, its expressions compile and its address is allowed by the egress policy.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -430,11 +408,7 @@ type DestinationList struct {
 type ClusterDestinationSpec struct {
 	DestinationSpec `json:",inline"`
 
-	// namespaceSelector selects the namespaces whose ExternalActions may use this ClusterDestination, by the
-	// namespace's labels (metav1.LabelSelector). When omitted every namespace may use it; an empty selector
-	// ({}) also matches every namespace. An action in a namespace that does not match gets nothing sent and
-	// waits in phase Pending with reason NamespaceNotAllowed; it proceeds when the namespace's labels change
-	// to match.
+	// namespaceSelector selects, by their labels, the namespaces whose ExternalActions may use this ClusterDestination. When omitted every namespace may use it; an empty selector ({}) also matches every namespace. An action in a namespace that does not match gets nothing sent and waits in phase Pending with reason NamespaceNotAllowed; it proceeds when the namespace's labels change to match.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 }
@@ -447,10 +421,7 @@ type ClusterDestinationSpec struct {
 // +kubebuilder:printcolumn:name="DEDUP",type=boolean,JSONPath=`.spec.idempotency.supported`
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 
-// ClusterDestination is a cluster-scoped, admin-owned endpoint catalog entry with the same spec as Destination
-// plus namespaceSelector. Its Secrets are read only from the controller's namespace. Every namespace may send to it, so its
-// idempotency.keyFormat must contain {namespace}: otherwise two tenants' actions of the same name would send the
-// same key to a deduplicating destination, and the second would get the first one's outcome.
+// ClusterDestination is a cluster-scoped, admin-owned endpoint catalog entry with the same spec as Destination plus namespaceSelector. Its Secrets are read only from the controller's namespace. Every namespace may send to it, so its idempotency.keyFormat must contain {namespace}: otherwise two tenants' actions of the same name would send the same key to a deduplicating destination, and the second would get the first one's outcome.
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.idempotency) || !has(self.spec.idempotency.keyFormat) || self.spec.idempotency.keyFormat.size() == 0 || self.spec.idempotency.keyFormat.contains('{namespace}')",message="spec.idempotency.keyFormat of a ClusterDestination must contain {namespace} (for example {namespace}/{name}): every namespace may use it, and without the namespace two tenants' actions of the same name send the same key"
 type ClusterDestination struct {
 	metav1.TypeMeta `json:",inline"`

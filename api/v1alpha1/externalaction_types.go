@@ -30,17 +30,17 @@ type DestinationReference struct {
 	// +kubebuilder:validation:Enum=Destination;ClusterDestination
 	Kind string `json:"kind,omitempty"`
 
-	// name of the Destination or ClusterDestination.
+	// name is the name of the Destination or ClusterDestination.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 }
 
-// HeaderValue is the value of one ExternalAction request header: at most 8192 bytes of UTF-8
-// (MaxHeaderValueBytes) without control characters other than horizontal tab (RFC 9110 section 5.5), so that it
-// cannot split the request or end its header section. It is a named type so that the schema bounds each value,
-// which keeps the cost of the CEL rules below within the API server's budget.
+// A named type lets the schema bound each header value, which keeps the cost of the CEL rules below within the
+// API server's budget.
+
+// HeaderValue is the value of one request header: at most 8192 bytes of UTF-8, without control characters other than horizontal tab (RFC 9110 section 5.5), so that it cannot split the request or end its header section.
 // +kubebuilder:validation:MaxLength=8192
 // +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 8192",message="header values are at most 8192 bytes (8 KiB); shorten the value or send the data in the body"
 // +kubebuilder:validation:XValidation:rule=`!self.matches('[\\x00-\\x08\\x0a-\\x1f\\x7f]')`,message="header values may not contain CR, LF, NUL or other control characters (a tab is allowed): they would split or corrupt the request; remove them"
@@ -48,17 +48,13 @@ type HeaderValue string
 
 // ActionRequest is the HTTP request an action sends, rebuilt identically for every attempt.
 type ActionRequest struct {
-	// method is the HTTP method. Default POST.
+	// method is the HTTP method: GET, HEAD, OPTIONS, POST (the default), PUT, PATCH or DELETE.
 	// +optional
 	// +kubebuilder:default=POST
 	// +kubebuilder:validation:Enum=GET;HEAD;OPTIONS;POST;PUT;PATCH;DELETE
 	Method string `json:"method,omitempty"`
 
-	// path is appended to the destination's url; it may carry a query string. Default "/". Before the query
-	// ('?') it may not contain '.' or '..' segments (also percent-encoded, %2e), %2F, %5C or a backslash, so
-	// that it stays under the destination's base path.
-	// The controller checks the joined, normalized URL again before sending: an escape ends the action
-	// Failed with reason PathOutsideBase and nothing is sent.
+	// path is appended to the destination's URL and may carry a query string; the default is "/". Before the query ('?') it may not contain '.' or '..' segments (literal or percent-encoded as %2e), %2F, %5C or a backslash, so that the request stays under the destination's base path. The controller checks the joined, normalized URL again before sending: a path that would leave the base path ends the action Failed with reason PathOutsideBase, and nothing is sent.
 	// +optional
 	// +kubebuilder:default="/"
 	// +kubebuilder:validation:MaxLength=2048
@@ -67,12 +63,7 @@ type ActionRequest struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[^?#]*(%2[fF]|%5[cC]|\\\\)')`,message="request.path may not contain an encoded slash (%2F), a backslash or an encoded backslash (%5C) before the query: a server that decodes them sees another path; use plain '/' between segments"
 	Path string `json:"path,omitempty"`
 
-	// headers are non-secret request headers (secrets belong in the destination's auth), at most 32
-	// (MaxRequestHeaders). Names are RFC 9110 tokens (section 5.6.2) of at most 256 characters, case-insensitive
-	// and each present once; values are at most 8192 bytes (MaxHeaderValueBytes) without control characters
-	// other than tab (RFC 9110 section 5.5). Authorization, the idempotency header and the hop-by-hop and framing
-	// headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect,
-	// Content-Length, Host; RFC 9110 section 7.6.1) cannot be set here.
+	// headers are request headers that are not secret, at most 32; credentials belong in the destination's auth, which reads them from Secrets. Names are RFC 9110 tokens (section 5.6.2) of at most 256 characters; they are case-insensitive and each may appear once. Values are at most 8192 bytes, without control characters other than tab (RFC 9110 section 5.5). Authorization, the idempotency header and the hop-by-hop and framing headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host; RFC 9110 section 7.6.1) cannot be set here.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.size() <= 256 && k.matches('^[-!#$%&\'*+.^_|~0-9A-Za-z\\x60]+$'))`,message="header names must be RFC 9110 tokens of at most 256 characters (letters, digits, a backquote or one of !#$%&'*+-.^_|~; no spaces, colons or control characters); rename the header"
@@ -81,43 +72,37 @@ type ActionRequest struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(k, self.all(j, j == k || j.lowerAscii() != k.lowerAscii()))",message="header names are case-insensitive and each may appear once; remove the entry that differs only in case"
 	Headers map[string]HeaderValue `json:"headers,omitempty"`
 
-	// body is any JSON value, sent as RFC 8785 canonical JSON with Content-Type application/json (unless
-	// headers set another). Its serialized size is capped at 64 KiB (MaxRequestBodyBytes); a larger body
-	// ends the action Failed with reason InvalidSpec before anything is sent.
+	// body is any JSON value. It is sent as RFC 8785 canonical JSON with Content-Type application/json, unless headers set another Content-Type. Its serialized size is at most 64 KiB: a larger body ends the action Failed with reason InvalidSpec before anything is sent.
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Schemaless
 	Body *apiextensionsv1.JSON `json:"body,omitempty"`
 }
 
-// ExternalActionSpec declares one business action. Its namespace/name is the idempotency key; destinationRef,
-// request and successWhen are its fingerprint and cannot change.
+// ExternalActionSpec declares one business action. The object's namespace/name is the idempotency key; destinationRef, request and successWhen form its fingerprint and cannot change.
 // +kubebuilder:validation:XValidation:rule="has(self.successWhen) == has(oldSelf.successWhen)",message="spec.successWhen is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
 type ExternalActionSpec struct {
-	// destinationRef names where the action is sent. Immutable.
+	// destinationRef names the Destination or ClusterDestination the action is sent to. It is immutable.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.destinationRef is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
 	DestinationRef DestinationReference `json:"destinationRef"`
 
-	// request is the HTTP request. Immutable.
+	// request is the HTTP request that every attempt sends, rebuilt identically each time. It is immutable.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.request is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
 	Request ActionRequest `json:"request"`
 
-	// successWhen is a CEL expression over `response` = {statusCode: int, headers: map(string, string) with
-	// lower-case names, body: dyn (parsed JSON, or the text)} that decides success. Default: a 2xx status.
-	// Immutable.
+	// successWhen is a CEL expression that decides whether the response is a success; without it, any 2xx status is. It sees `response`, with `response.statusCode` (int), `response.headers` (a map from lower-case header names to values) and `response.body` (the parsed JSON, or the text when the body is not JSON). Example: response.statusCode == 201 && response.body.status == "created". It is immutable.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.successWhen is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
 	SuccessWhen string `json:"successWhen,omitempty"`
 
-	// retryPolicy may only tighten the destination's policy; a looser value is refused (phase Failed, reason InvalidSpec).
+	// retryPolicy overrides parts of the destination's retry policy for this action. It may only tighten it: a looser value ends the action Failed with reason InvalidSpec, and nothing is sent.
 	// +optional
 	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty"`
 
-	// ttlSecondsAfterFinished overrides the destination's retention.ttlAfterFinished for this action, in seconds:
-	// 0 to 7776000, 90 days (MaxTTLAfterFinished).
+	// ttlSecondsAfterFinished overrides the destination's retention.ttlAfterFinished for this action: how many seconds the finished object is kept, from 0 to 7776000 (90 days).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=7776000
@@ -154,7 +139,7 @@ func (p Phase) Terminal() bool {
 	return false
 }
 
-// AttemptClaim is an open attempt: written (DESIGN rule 1) before the request is sent, cleared when its outcome is recorded.
+// AttemptClaim is an open attempt. The controller writes it before the request is sent and clears it when the outcome is recorded.
 type AttemptClaim struct {
 	// attempt is the attempt number this claim covers (1-based).
 	Attempt int32 `json:"attempt"`
@@ -163,10 +148,9 @@ type AttemptClaim struct {
 	Holder string `json:"holder"`
 	// startedAt is when the claim was written (RFC 3339).
 	StartedAt metav1.Time `json:"startedAt"`
-	// expiresAt is the absolute claim expiry: attempt timeout plus a margin, never zero. After it the outcome
-	// is uncertain (DESIGN rule 3); before it no other holder touches the attempt.
+	// expiresAt is when the claim expires: the attempt's start plus the destination's timeout plus a margin. Until then no other manager touches the attempt; after it, an attempt without a recorded outcome is uncertain and is settled by the rules for uncertain outcomes (re-sent only when repeating is safe, else the post-check, else OutcomeUnknown).
 	ExpiresAt metav1.Time `json:"expiresAt"`
-	// postChecks counts post-check requests made for this uncertain attempt.
+	// postChecks counts the post-check requests made for this uncertain attempt.
 	// +optional
 	PostChecks int32 `json:"postChecks,omitempty"`
 }
@@ -177,22 +161,20 @@ type AttemptRecord struct {
 	Number int32 `json:"number"`
 	// startedAt is when the attempt was claimed.
 	StartedAt metav1.Time `json:"startedAt"`
-	// finishedAt is when its outcome was known.
+	// finishedAt is when the attempt's outcome was known.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
-	// result is the attempt's class: Success, Rejected, Retryable, InProgress, NotSent, Uncertain, Replayed,
-	// Applied/NotApplied (post-check), or a person's decision.
+	// result is the attempt's class: Success, Rejected, Retryable, InProgress, NotSent, Uncertain, Replayed, Applied or NotApplied (decided by the post-check), or a person's decision.
 	// +kubebuilder:validation:MaxLength=64
 	Result string `json:"result"`
-	// statusCode is the HTTP status, when a response arrived.
+	// statusCode is the HTTP status code, when a response arrived.
 	// +optional
 	StatusCode int32 `json:"statusCode,omitempty"`
-	// errorClass is the transport failure class (DNS, Dial, TLSHandshake, Timeout, ConnectionReset, ...).
+	// errorClass is the class of the transport failure, when no response arrived: for example DNS, Dial, TLSHandshake, Timeout, ConnectionReset or EgressDenied.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	ErrorClass string `json:"errorClass,omitempty"`
-	// retryAfter is the Retry-After the destination asked for, as received, with Secret values redacted and
-	// cut to 64 bytes (MaxRetryAfterLength) on a UTF-8 boundary; the schedule uses the whole value.
+	// retryAfter is the Retry-After header value the destination sent, with Secret values replaced by "[REDACTED]" and cut to 64 bytes on a UTF-8 boundary. The schedule uses the whole value.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	RetryAfter string `json:"retryAfter,omitempty"`
@@ -202,30 +184,24 @@ type AttemptRecord struct {
 type ResponseRecord struct {
 	// statusCode is the HTTP status code.
 	StatusCode int32 `json:"statusCode"`
-	// headers are the selected response headers: Location, Content-Type, Idempotent-Replayed, Retry-After.
-	// Each value has Secret values replaced by "[REDACTED]" and is cut to 2048 bytes
-	// (MaxResponseHeaderValueLength) on a UTF-8 boundary.
+	// headers are the kept response headers: Location, Content-Type, Idempotent-Replayed and Retry-After. In each value, Secret values are replaced by "[REDACTED]", and the value is cut to 2048 bytes on a UTF-8 boundary.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=8
 	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 2048)",message="each response header value is at most 2048 characters"
 	Headers map[string]string `json:"headers,omitempty"`
-	// body is the response body as text, Secret values replaced by "[REDACTED]", capped at 4096 bytes
-	// (MaxResponseBodyLength) on a UTF-8 boundary. It is empty, with bodyTruncated true, when the API server
-	// refused the full record (see docs/security.md).
+	// body is the response body as text, with Secret values replaced by "[REDACTED]", cut to 4096 bytes on a UTF-8 boundary. It is empty, with bodyTruncated true, when the API server refused to store the full record.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Body string `json:"body,omitempty"`
-	// bodyTruncated is true when body is not the whole body: cut at the cap, or dropped.
+	// bodyTruncated is true when body is not the whole body: it was cut at 4096 bytes, or dropped.
 	// +optional
 	BodyTruncated bool `json:"bodyTruncated,omitempty"`
-	// bodySHA256 is "sha256:" + hex of the whole body as the destination sent it (before redaction), always
-	// set, so it can be compared with the destination's own records.
+	// bodySHA256 is "sha256:" followed by the hex SHA-256 of the whole body as the destination sent it, before redaction. It is always set, so that the body can be compared with the destination's own records.
 	// +optional
 	BodySHA256 string `json:"bodySHA256,omitempty"`
 }
 
-// Bounds of the destination-supplied strings kept in status, in bytes. The controller cuts each value to its
-// bound (on a UTF-8 boundary) before a status write, so a destination cannot make the write invalid.
+// Bounds of the destination-supplied strings kept in status, in bytes. The controller cuts each value to its bound (on a UTF-8 boundary) before a status write, so a destination cannot make the write invalid.
 const (
 	// MaxRetryAfterLength bounds status.attemptHistory[].retryAfter.
 	MaxRetryAfterLength = 64
@@ -237,7 +213,7 @@ const (
 	MaxLastErrorLength = 1024
 )
 
-// ReplaySource says the outcome was taken from a tombstone instead of a send (DESIGN rule 7).
+// ReplaySource says that the outcome was taken from the tombstone of an earlier object with the same key and fingerprint, and that nothing was sent.
 type ReplaySource struct {
 	// uid is the UID of the earlier object whose outcome is replayed.
 	// +optional
@@ -252,7 +228,7 @@ type ReplaySource struct {
 
 // Resolution is a person's decision on an OutcomeUnknown or Exhausted action.
 type Resolution struct {
-	// decision is applied, not-applied or retry.
+	// decision is applied, not-applied or retry, as given in the annotation actions.actionledger.dev/resolve.
 	Decision string `json:"decision"`
 	// reason is the text of the annotation actions.actionledger.dev/resolve-reason, if any.
 	// +optional
@@ -261,19 +237,18 @@ type Resolution struct {
 	At metav1.Time `json:"at"`
 }
 
-// ExternalActionStatus is the ledger of an action: what was claimed, sent and recorded.
+// ExternalActionStatus is the ledger of an action: what was claimed, sent and recorded. The controller writes it; do not edit it.
 type ExternalActionStatus struct {
 	// observedGeneration is the metadata.generation this status reflects.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// phase is the lifecycle position.
+	// phase is where the action is in its lifecycle: Pending, InProgress, Succeeded, Failed, OutcomeUnknown (a send may have been applied and nothing can prove it; waits for a person), Exhausted (attempts, retry budget or deadline ran out) or Conflict (the name is bound to another request).
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
-	// idempotencyKey is the key sent downstream (default namespace/name).
+	// idempotencyKey is the key sent to the destination; by default namespace/name.
 	// +optional
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`
-	// fingerprint is "sha256:" + hex of the RFC 8785 canonical JSON of {destinationRef, request, successWhen},
-	// bound to the key at the first claim.
+	// fingerprint is "sha256:" followed by the hex SHA-256 of the RFC 8785 canonical JSON of destinationRef, request and successWhen. It is bound to the key when first recorded; another request under the same key ends Conflict.
 	// +optional
 	Fingerprint string `json:"fingerprint,omitempty"`
 	// attempts is the number of attempts claimed so far.
@@ -287,31 +262,31 @@ type ExternalActionStatus struct {
 	// +kubebuilder:validation:MaxItems=10
 	// +listType=atomic
 	AttemptHistory []AttemptRecord `json:"attemptHistory,omitempty"`
-	// claim is the open attempt, if any.
+	// claim is the attempt that is open now, if any.
 	// +optional
 	Claim *AttemptClaim `json:"claim,omitempty"`
 	// nextAttemptAt is the earliest time the next attempt may be sent; nothing is sent before it.
 	// +optional
 	NextAttemptAt *metav1.Time `json:"nextAttemptAt,omitempty"`
-	// deadline is the absolute overall deadline (creation + retryPolicy.deadline).
+	// deadline is the overall deadline: the object's creation time plus retryPolicy.deadline.
 	// +optional
 	Deadline *metav1.Time `json:"deadline,omitempty"`
-	// completedAt is when the action reached a terminal phase, by the controller's clock.
+	// completedAt is when the action reached a final phase, by the controller's clock.
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
-	// expiresAt is when the finished object is garbage-collected (completedAt + retention); unset for OutcomeUnknown.
+	// expiresAt is when the finished object is deleted: completedAt plus the retention. A tombstone then keeps its key and outcome. It is unset for OutcomeUnknown, which is kept until a person decides.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
-	// replayedFrom is set when the outcome came from a tombstone instead of a send.
+	// replayedFrom is set when the outcome came from the tombstone of an earlier object instead of a send.
 	// +optional
 	ReplayedFrom *ReplaySource `json:"replayedFrom,omitempty"`
-	// response is the recorded outcome.
+	// response is the recorded response of the attempt that decided the outcome.
 	// +optional
 	Response *ResponseRecord `json:"response,omitempty"`
 	// resolution is a person's decision, when one was made.
 	// +optional
 	Resolution *Resolution `json:"resolution,omitempty"`
-	// lastError is the last failure in short form (error class or status, and reason); never a secret.
+	// lastError is the last failure in short form: the error class or status code, and the reason. It never contains a secret.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	LastError string `json:"lastError,omitempty"`
@@ -334,8 +309,7 @@ type ExternalActionStatus struct {
 // +kubebuilder:printcolumn:name="DESTINATION",type=string,JSONPath=`.spec.destinationRef.name`,priority=1
 // +kubebuilder:printcolumn:name="ERROR",type=string,JSONPath=`.status.lastError`,priority=1
 
-// ExternalAction is one external side effect (an HTTP call) that the controller performs at most once per
-// key: namespace/name is the idempotency key and the spec's fingerprint binds it.
+// ExternalAction is one external side effect (an HTTP call) that the controller performs at most once per key: namespace/name is the idempotency key and the spec's fingerprint binds it.
 type ExternalAction struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
@@ -345,7 +319,7 @@ type ExternalAction struct {
 	// +required
 	Spec ExternalActionSpec `json:"spec"`
 
-	// status is the ledger.
+	// status is the ledger that the controller keeps: attempts, outcome and conditions.
 	// +optional
 	Status ExternalActionStatus `json:"status,omitempty"`
 }

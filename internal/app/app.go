@@ -25,6 +25,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/controller"
+	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
@@ -57,6 +58,12 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// ClaimMargin is added to a destination's timeout to form a claim's expiry.
 	ClaimMargin time.Duration
+	// MaxInFlight bounds the sends in flight of the whole manager (--max-in-flight, default 1024).
+	MaxInFlight int
+	// ShutdownGrace is how long sends in flight are awaited and recorded after SIGTERM or a loss of
+	// leadership (--shutdown-grace, default 25s); the manager's GracefulShutdownTimeout is this plus
+	// ShutdownRecordTime.
+	ShutdownGrace time.Duration
 	// InsecureSkipVerifyAllowed lets namespaced Destinations turn TLS verification off (flag
 	// --insecure-skip-verify-allowed, default false); ClusterDestinations may always.
 	InsecureSkipVerifyAllowed bool
@@ -73,6 +80,10 @@ type Options struct {
 	// SkipNameValidation allows several managers in one process (tests only).
 	SkipNameValidation bool
 }
+
+// ShutdownRecordTime is what the manager's graceful shutdown allows beyond ShutdownGrace to record the
+// outcomes of the last sends and stop everything else.
+const ShutdownRecordTime = 10 * time.Second
 
 // NewHolder returns "<hostname>_<8 random hex>": a new identity for each process start, so a restarted
 // process never mistakes an old claim for its own.
@@ -99,10 +110,16 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if probe == "" {
 		probe = "0"
 	}
+	grace := o.ShutdownGrace
+	if grace <= 0 {
+		grace = dispatch.DefaultShutdownGrace
+	}
+	shutdownTimeout := grace + ShutdownRecordTime
 	// The tombstone index learns of every (re)list of the ExternalAction informer through its ListerWatcher.
 	tombstones := controller.NewTombstoneIndex(nil)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme,
+		GracefulShutdownTimeout:       &shutdownTimeout,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        probe,
 		LeaderElection:                o.LeaderElection,
@@ -174,6 +191,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		ControllerNamespace:       o.ControllerNamespace,
 		ClaimMargin:               o.ClaimMargin,
 		MaxConcurrentReconciles:   o.MaxConcurrentReconciles,
+		MaxInFlight:               o.MaxInFlight,
+		ShutdownGrace:             grace,
 		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
 		SkipNameValidation:        o.SkipNameValidation,
 		Tombstones:                tombstones,

@@ -28,7 +28,7 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 }
 
 func addrs(ss ...string) []netip.Addr {
-	var out []netip.Addr
+	out := make([]netip.Addr, 0, len(ss))
 	for _, s := range ss {
 		out = append(out, netip.MustParseAddr(s))
 	}

@@ -20,6 +20,7 @@ import (
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/httpexec"
+	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/retry"
 )
@@ -29,7 +30,7 @@ const kindClusterDestination = "ClusterDestination"
 
 // Policy defaults (CONTRACT "retryPolicy", "retention").
 const (
-	DefaultTimeout          = 30 * time.Second
+	DefaultTimeout          = ledger.DefaultAttemptTimeout
 	DefaultMaxAttempts      = 5
 	DefaultInitialBackoff   = time.Second
 	DefaultMaxBackoff       = 5 * time.Minute
@@ -118,7 +119,8 @@ func namespaceAllowed(ctx context.Context, c client.Reader, cd *actionsv1alpha1.
 	return nil
 }
 
-// resolvedDestination is a destination with its Secrets read and its policy defaulted.
+// resolvedDestination is a destination with its policy defaulted; AuthHeader, Redactor and TLS are set by
+// loadCredentials, right before a send.
 type resolvedDestination struct {
 	// ID is the limiter and metrics identity: "Destination/<ns>/<name>" or "ClusterDestination/<name>".
 	ID           string
@@ -128,17 +130,21 @@ type resolvedDestination struct {
 	KeySupported bool
 	AuthHeader   http.Header
 	// Redactor replaces the Secret values sent in AuthHeader in whatever is stored or emitted (DESIGN rule 11).
-	Redactor     *redactor
-	TLS          *httpexec.TLSOptions
-	Policy       retry.Policy // Deadline still relative: see policyFor
-	DeadlineDur  time.Duration
-	Limits       limiter.Limits
+	Redactor    *redactor
+	TLS         *httpexec.TLSOptions
+	Policy      retry.Policy // Deadline still relative: see policyFor
+	DeadlineDur time.Duration
+	Limits      limiter.Limits
+	// MaxInFlight is spec.concurrency.maxInFlight (0: the dispatcher's default, dispatch.DefaultMaxInFlight).
+	MaxInFlight  int
 	Retention    time.Duration
 	TombstoneTTL time.Duration
+	// secretNS is the only namespace whose Secrets loadCredentials may read.
+	secretNS string
 }
 
-// resolveDestination reads the action's Destination or ClusterDestination and the Secrets it names.
-// A Destination reads Secrets only in its own namespace; a ClusterDestination only in the controller's.
+// resolveDestination reads the action's Destination or ClusterDestination and defaults its policy. It
+// reads no Secret (loadCredentials does, right before a send).
 func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (*resolvedDestination, error) {
 	ref := xa.Spec.DestinationRef
 	var spec *actionsv1alpha1.DestinationSpec
@@ -181,6 +187,9 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 	}
 	rd.Policy, rd.DeadlineDur = destinationPolicy(spec.RetryPolicy)
 	rd.Limits = limitsFor(spec)
+	if c := spec.Concurrency; c != nil && c.MaxInFlight != nil {
+		rd.MaxInFlight = int(*c.MaxInFlight)
+	}
 	rd.Retention, rd.TombstoneTTL = DefaultTTLAfterFinished, DefaultTombstoneTTL
 	if ret := spec.Retention; ret != nil {
 		if ret.TTLAfterFinished != nil {
@@ -190,17 +199,25 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 			rd.TombstoneTTL = ret.TombstoneTTL.Duration
 		}
 	}
-	sr := secretReader{reader: r.APIReader, ctx: ctx, allowed: secretNS, owner: id}
+	rd.secretNS = secretNS
+	return rd, nil
+}
+
+// loadCredentials reads the Secrets that rd names (auth headers and TLS material) into rd. It is called
+// only right before a request is sent: resolution alone never reads a Secret. A Destination reads Secrets
+// only in its own namespace; a ClusterDestination only in the controller's.
+func (r *ExternalActionReconciler) loadCredentials(ctx context.Context, rd *resolvedDestination) error {
+	sr := secretReader{reader: r.APIReader, ctx: ctx, allowed: rd.secretNS, owner: rd.ID}
 	var err error
 	var secrets []string
-	if rd.AuthHeader, secrets, err = sr.authHeader(spec.Auth); err != nil {
-		return nil, err
+	if rd.AuthHeader, secrets, err = sr.authHeader(rd.Spec.Auth); err != nil {
+		return err
 	}
 	rd.Redactor = newRedactor(secrets...)
-	if rd.TLS, err = sr.tlsOptions(spec.TLS); err != nil {
-		return nil, err
+	if rd.TLS, err = sr.tlsOptions(rd.Spec.TLS); err != nil {
+		return err
 	}
-	return rd, nil
+	return nil
 }
 
 // destinationPolicy defaults a destination's retry policy; the deadline is returned as a duration.
@@ -285,21 +302,28 @@ func tighten(dest retry.Policy, destDeadline time.Duration, p *actionsv1alpha1.R
 		deadline = p.Deadline.Duration
 	}
 	if len(p.RetryOnStatus) > 0 {
-		allowed := map[int32]bool{}
-		for _, c := range dest.RetryOnStatus {
-			allowed[c] = true
-		}
-		for _, c := range p.RetryOnStatus {
-			if !allowed[c] {
-				loose = append(loose, fmt.Sprintf("retryOnStatus %d is not retried by the destination", c))
-			}
-		}
+		loose = append(loose, looserStatuses(dest.RetryOnStatus, p.RetryOnStatus)...)
 		out.RetryOnStatus = append([]int32(nil), p.RetryOnStatus...)
 	}
 	if len(loose) > 0 {
 		return dest, destDeadline, fmt.Errorf("spec.retryPolicy may only tighten the destination's policy: %s", strings.Join(loose, "; "))
 	}
 	return out, deadline, nil
+}
+
+// looserStatuses names the statuses in want that the destination's retryOnStatus (have) does not retry.
+func looserStatuses(have, want []int32) []string {
+	allowed := map[int32]bool{}
+	for _, c := range have {
+		allowed[c] = true
+	}
+	var loose []string
+	for _, c := range want {
+		if !allowed[c] {
+			loose = append(loose, fmt.Sprintf("retryOnStatus %d is not retried by the destination", c))
+		}
+	}
+	return loose
 }
 
 func limitsFor(spec *actionsv1alpha1.DestinationSpec) limiter.Limits {
@@ -311,18 +335,14 @@ func limitsFor(spec *actionsv1alpha1.DestinationSpec) limiter.Limits {
 		}
 	}
 	if b := spec.RetryBudget; b != nil {
-		l.Budget = true
-		l.RetryPercent = 20
-		l.MinRetriesPerSecond = 1
-		l.Window = 10 * time.Second
-		if b.RetryPercent != nil {
-			l.RetryPercent = *b.RetryPercent
+		// The budget's defaults (20%, 1/s, 10s) are the limiter's (limiter.DefaultRetryPercent and others).
+		var window time.Duration
+		if b.Window != nil {
+			window = b.Window.Duration
 		}
-		if b.MinRetriesPerSecond != nil {
-			l.MinRetriesPerSecond = *b.MinRetriesPerSecond
-		}
-		if b.Window != nil && b.Window.Duration > 0 {
-			l.Window = b.Window.Duration
+		l = l.WithRetryBudget(b.RetryPercent, b.MinRetriesPerSecond, window)
+		if l.Window <= 0 {
+			l.Window = limiter.DefaultWindow
 		}
 	}
 	return l
@@ -465,4 +485,17 @@ func idempotencyKey(spec *actionsv1alpha1.DestinationSpec, namespace, name strin
 		format = spec.Idempotency.KeyFormat
 	}
 	return strings.NewReplacer("{namespace}", namespace, "{name}", name).Replace(format)
+}
+
+// limiterReason maps a reason of package limiter to the API's condition reason (CONTRACT): the limiter's
+// strings are its own, and what status shows is decided here, explicitly.
+func limiterReason(r limiter.Reason) string {
+	switch r {
+	case limiter.ReasonRetryBudgetExhausted:
+		return actionsv1alpha1.ReasonRetryBudgetExhausted
+	case limiter.ReasonRateLimited: // also limiter.ReasonPaused (a Retry-After pause of the destination)
+		return actionsv1alpha1.ReasonRateLimited
+	default:
+		return actionsv1alpha1.ReasonRateLimited
+	}
 }

@@ -38,13 +38,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/fingerprint"
 	"github.com/actionledger/actionledger/internal/httpexec"
@@ -80,17 +83,25 @@ type ExternalActionReconciler struct {
 	InsecureSkipVerifyAllowed bool
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
+	// MaxInFlight bounds the sends in flight of the whole manager (--max-in-flight); not positive means
+	// dispatch.DefaultGlobalMaxInFlight.
+	MaxInFlight int
+	// ShutdownGrace is how long sends in flight are awaited after the stop began (--shutdown-grace); not
+	// positive means dispatch.DefaultShutdownGrace.
+	ShutdownGrace time.Duration
+	// Dispatcher runs claimed sends outside the reconcile workers (DESIGN rule 10). SetupWithManager creates
+	// it; without one (a reconciler driven directly by a test) each send runs inline in its reconcile.
+	Dispatcher *dispatch.Dispatcher[*pendingOutcome]
 	// Tombstones proves a new key has no tombstone without a read (nil: always read live; see checkTombstone).
 	Tombstones *TombstoneIndex
 
-	// pending holds outcomes whose status write failed (DESIGN rule 2): retried before anything else, never re-sent.
+	// pending holds outcomes not yet written (DESIGN rule 2): handed back by the dispatcher, or kept after a
+	// failed write. Recorded before anything else is decided, never re-sent.
 	pending sync.Map // types.NamespacedName -> *pendingOutcome
-}
-
-type pendingOutcome struct {
-	attempt int32
-	outcome ledger.Outcome
-	env     ledger.Env
+	// outcomes wakes the controller for an object whose outcome is pending (a source.Channel).
+	outcomes chan event.GenericEvent
+	// stopped is closed when the manager stops: completions are then recorded directly.
+	stopped chan struct{}
 }
 
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=externalactions,verbs=get;list;watch;update;patch;delete
@@ -123,7 +134,18 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// record itself finalizes an object being deleted when the outcome cannot be written (DESIGN rule 8).
 	if v, ok := r.pending.Load(req.NamespacedName); ok {
 		p := v.(*pendingOutcome)
+		if p.check != nil {
+			p.env.Now = r.Clock.Now()
+			return r.recordCheck(ctx, xa, p)
+		}
 		return r.record(ctx, xa, p.attempt, p.outcome, p.env)
+	}
+
+	// An attempt of this process is still in the dispatcher: its outcome is on its way (deliver stores it, then
+	// wakes this object). Nothing is decided, claimed or sent meanwhile, even past the claim's expiry.
+	if r.Dispatcher != nil && r.Dispatcher.Holds(req.NamespacedName) {
+		logger.V(1).Info("an attempt is in flight in the dispatcher; waiting for its outcome")
+		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}
 
 	if !xa.DeletionTimestamp.IsZero() {
@@ -145,8 +167,7 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 // reconcileActive handles Pending and InProgress actions: validate, bind the fingerprint, then advance.
 func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
 	now := r.Clock.Now()
-	env := ledger.Env{Now: now, Holder: r.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.ClaimMargin,
-		Retention: DefaultTTLAfterFinished}
+	env := r.envFor(xa, nil, retry.Policy{}, 0, now)
 
 	fp, err := fingerprint.Compute(&xa.Spec)
 	if err != nil {
@@ -164,14 +185,7 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 	}
 	// The destination's retention applies to an action failed for an invalid spec too (else it is collected at once).
 	env = r.envFor(xa, dest, dest.Policy, dest.DeadlineDur, now)
-	policy, deadlineDur, err := tighten(dest.Policy, dest.DeadlineDur, xa.Spec.RetryPolicy)
-	if err != nil {
-		return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), env), dest.ID)
-	}
-	if _, err := r.successProgram(xa); err != nil {
-		return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), env), dest.ID)
-	}
-	body, err := requestBody(xa)
+	policy, deadlineDur, body, err := r.checkSpec(xa, dest)
 	if err != nil {
 		return r.apply(ctx, xa, ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), env), dest.ID)
 	}
@@ -208,18 +222,27 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 	}
 }
 
-// claimAndSend takes a token from the destination's limits, writes the claim (DESIGN rule 1) and only then sends.
+// claimAndSend waits for room at the destination, reads its credentials, takes a token from its limits,
+// writes the claim (DESIGN rule 1) and only then hands the send to the dispatcher (DESIGN rule 10).
 func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
 	step ledger.Step, target string, body []byte, env ledger.Env) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
 	attempt := step.Status.Claim.Attempt
+	if r.Dispatcher != nil && !r.Dispatcher.HasRoom(dest.ID, xa.Namespace) {
+		return r.waitForRoom(ctx, xa, dest, env) // before Admit: no token is spent
+	}
+	// Secrets are read only right before a send (and a post-check), never to decide anything else.
+	if err := r.loadCredentials(ctx, dest); err != nil {
+		return r.waitOnDestination(ctx, xa, err, env)
+	}
 	key := xa.Namespace + "/" + xa.Name
 	ok, wait, reason := r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, key, attempt == 1, env.Now)
 	if !ok {
-		metrics.Delayed.WithLabelValues(dest.ID, string(reason)).Inc()
+		apiReason := limiterReason(reason)
+		metrics.Delayed.WithLabelValues(dest.ID, apiReason).Inc()
 		until := env.Now.Add(wait)
-		msg := fmt.Sprintf("waiting for destination %s (%s) until %s", dest.ID, reason, until.UTC().Format(time.RFC3339Nano))
-		return r.apply(ctx, xa, ledger.Delayed(&xa.Status, string(reason), msg, until, env), dest.ID)
+		msg := fmt.Sprintf("waiting for destination %s (%s) until %s", dest.ID, apiReason, until.UTC().Format(time.RFC3339Nano))
+		return r.apply(ctx, xa, ledger.Delayed(&xa.Status, apiReason, msg, until, env), dest.ID)
 	}
 
 	claimed := xa.DeepCopy()
@@ -238,109 +261,98 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 	if attempt > 1 {
 		metrics.Retries.WithLabelValues(dest.ID).Inc()
 	}
-	logger.V(1).Info("claimed; sending", "attempt", attempt, "destination", dest.ID)
-
-	// The attempt must end before its claim expires (minus the margin to record it), however long the
-	// steps since the decision took: otherwise another holder could treat a request still in flight as abandoned.
-	margin := r.ClaimMargin
-	if margin <= 0 {
-		margin = 5 * time.Second
-	}
-	timeout := min(dest.Timeout, claimed.Status.Claim.ExpiresAt.Sub(r.Clock.Now())-margin)
-	var outcome ledger.Outcome
-	if timeout <= 0 {
-		outcome = ledger.Outcome{Class: retry.ClassNotSent, FinishedAt: r.Clock.Now(), ErrorClass: "ClaimExpired",
-			Error: "the claim had too little time left to send; nothing was sent"}
-	} else {
-		outcome = r.send(ctx, claimed, dest, target, body, timeout, env)
-	}
-	metrics.Attempts.WithLabelValues(dest.ID, string(outcome.Class)).Inc()
-	metrics.AttemptDuration.WithLabelValues(dest.ID).Observe(max(outcome.FinishedAt.Sub(env.Now).Seconds(), 0))
-	if outcome.RetryAfter != "" && (outcome.StatusCode == 429 || outcome.StatusCode == 503) {
-		if d, ok := retry.ParseRetryAfter(outcome.RetryAfter, outcome.FinishedAt); ok {
-			// One answer pauses the whole destination, but never longer than the destination's deadline:
-			// an action never waits past its deadline anyway, and a hostile Retry-After must not stop a
-			// destination for a year.
-			r.Limiter.Pause(dest.ID, outcome.FinishedAt.Add(min(d, dest.DeadlineDur)))
-		}
-	}
-	env.Now = outcome.FinishedAt
-	return r.record(ctx, claimed, attempt, outcome, env)
+	logger.V(1).Info("claimed; dispatching", "attempt", attempt, "destination", dest.ID)
+	return r.dispatchSend(ctx, claimed, r.sendJob(claimed, dest, target, body, env))
 }
 
-// record writes the outcome of attempt (DESIGN rule 2): re-reading on conflict, retrying the write, and keeping
-// the outcome in memory when the API server is unavailable. It never sends. An outcome the API server refuses as
-// Invalid is written without the destination's values (updateStatus); if even that is refused it is dropped
-// with a Warning Event rather than retried forever. An object being deleted is finalized with the outcome in
-// memory when it cannot be written, so its tombstone carries it (DESIGN rules 2 and 8).
+// record writes the outcome of attempt (DESIGN rule 2): re-reading from the API server on a Conflict or when
+// the copy at hand does not show the attempt open (the cache may lag behind the claim), and retrying the write
+// with statusWriteBackoff. It never sends. The outcome stays in memory (r.pending) until it is written, or the
+// API server shows the attempt settled elsewhere or the object gone; after the backoff's last step the error
+// is returned and the workqueue retries. An outcome the API server refuses as Invalid is written without the
+// destination's values (updateStatus); if even that is refused it is dropped with a Warning Event rather than
+// retried forever. An object being deleted is finalized with the outcome in memory when it cannot be
+// written, so its tombstone carries it (DESIGN rules 2 and 8).
 func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alpha1.ExternalAction, attempt int32,
 	outcome ledger.Outcome, env ledger.Env) (ctrl.Result, error) {
-	logger := log.FromContext(ctx)
 	nn := types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}
-	park := func() { r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env}) }
-	backoff := 50 * time.Millisecond
+	r.pending.Store(nn, &pendingOutcome{attempt: attempt, outcome: outcome, env: env})
+	backoff := statusWriteBackoff
+	fresh := false
+	var err error
 	for try := 0; ; try++ {
 		step, ok := ledger.Record(&cur.Status, attempt, outcome, env)
-		if !ok {
+		if !ok && fresh {
 			r.pending.Delete(nn)
-			logger.Info("outcome dropped: the attempt is no longer open (resolved elsewhere)", "attempt", attempt, "result", outcome.Class)
+			log.FromContext(ctx).Info("outcome dropped: the attempt is no longer open (resolved elsewhere)", "attempt", attempt, "result", outcome.Class)
 			return ctrl.Result{}, nil
 		}
-		upd := cur.DeepCopy()
-		upd.Status = *step.Status
-		err := r.updateStatus(ctx, upd)
-		if err == nil {
-			r.pending.Delete(nn)
-			r.afterWrite(upd, step, destinationID(upd))
-			return requeueAt(step.At, r.Clock.Now()), nil
-		}
-		if apierrors.IsNotFound(err) {
-			r.pending.Delete(nn)
-			return ctrl.Result{}, nil
-		}
-		if errors.Is(err, errStatusRefused) {
-			logger.Error(err, "the outcome cannot be recorded; dropping it from memory", "attempt", attempt, "result", outcome.Class)
-			r.event(cur, &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonStatusRefused, Message: fmt.Sprintf(
-				"the outcome of attempt %d (%s) cannot be recorded: %v. The open claim is settled by the rules for an "+
-					"uncertain attempt once it expires", attempt, outcome.Class, err)})
-			if !cur.DeletionTimestamp.IsZero() {
-				park()
-				return r.finalizeWithOutcome(ctx, upd)
+		if ok {
+			upd := cur.DeepCopy()
+			upd.Status = *step.Status
+			if err = r.updateStatus(ctx, upd); err == nil {
+				r.pending.Delete(nn)
+				r.afterWrite(upd, step, destinationID(upd))
+				return requeueAt(step.At, r.Clock.Now()), nil
 			}
-			r.pending.Delete(nn)
-			if c := cur.Status.Claim; c != nil {
-				return requeueAt(c.ExpiresAt.Time, r.Clock.Now()), nil
+			if res, done, ferr := r.recordFailed(ctx, cur, upd, attempt, outcome, err, try); done {
+				return res, ferr
 			}
-			return ctrl.Result{}, nil
-		}
-		if !apierrors.IsConflict(err) {
-			if try >= 8 || (!cur.DeletionTimestamp.IsZero() && try >= 2) {
-				park()
-				if !cur.DeletionTimestamp.IsZero() {
-					logger.Info("deleting: the outcome could not be written; finalizing with it", "attempt", attempt, "error", err.Error())
-					return r.finalizeWithOutcome(ctx, upd)
+			if !apierrors.IsConflict(err) {
+				if serr := sleepStep(ctx, &backoff); serr != nil {
+					return ctrl.Result{}, fmt.Errorf("recording the outcome of attempt %d (kept in memory): %w", attempt, err)
 				}
-				return ctrl.Result{}, fmt.Errorf("recording the outcome of attempt %d (kept in memory, will retry the write): %w", attempt, err)
 			}
-			select {
-			case <-ctx.Done():
-				park()
-				return ctrl.Result{}, ctx.Err()
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 2*time.Second)
 		}
-		fresh := &actionsv1alpha1.ExternalAction{}
-		if gerr := r.APIReader.Get(ctx, nn, fresh); gerr != nil {
+		if backoff.Steps <= 0 {
+			return ctrl.Result{}, fmt.Errorf("recording the outcome of attempt %d (kept in memory, will retry the write): %w", attempt, err)
+		}
+		next := &actionsv1alpha1.ExternalAction{}
+		if gerr := r.APIReader.Get(ctx, nn, next); gerr != nil {
 			if apierrors.IsNotFound(gerr) {
 				r.pending.Delete(nn)
 				return ctrl.Result{}, nil
 			}
-			park()
-			return ctrl.Result{}, fmt.Errorf("re-reading after a failed outcome write (kept in memory): %w", gerr)
+			return ctrl.Result{}, fmt.Errorf("re-reading to record the outcome of attempt %d (kept in memory): %w", attempt, gerr)
 		}
-		cur = fresh
+		cur, fresh = next, true
+		if apierrors.IsConflict(err) {
+			backoff.Steps-- // a Conflict costs a step of the bound too, but no sleep: the fresh copy decides again
+		}
 	}
+}
+
+// recordFailed handles a failed outcome write that retrying cannot fix: the object is gone, the status is
+// refused, or the object is being deleted and the API server keeps failing (then it is finalized with the
+// outcome in memory). done false means: re-read and try again.
+func (r *ExternalActionReconciler) recordFailed(ctx context.Context, cur, upd *actionsv1alpha1.ExternalAction, attempt int32,
+	outcome ledger.Outcome, err error, try int) (ctrl.Result, bool, error) {
+	nn := types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}
+	deleting := !cur.DeletionTimestamp.IsZero()
+	switch {
+	case apierrors.IsNotFound(err):
+		r.pending.Delete(nn)
+		return ctrl.Result{}, true, nil
+	case errors.Is(err, errStatusRefused):
+		log.FromContext(ctx).Error(err, "the outcome cannot be recorded; dropping it from memory", "attempt", attempt, "result", outcome.Class)
+		r.event(cur, &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonStatusRefused, Message: fmt.Sprintf(
+			"the outcome of attempt %d (%s) cannot be recorded: %v. The open claim is settled by the rules for an "+
+				"uncertain attempt once it expires", attempt, outcome.Class, err)})
+		if deleting {
+			res, ferr := r.finalizeWithOutcome(ctx, upd)
+			return res, true, ferr
+		}
+		r.pending.Delete(nn)
+		if c := cur.Status.Claim; c != nil {
+			return requeueAt(c.ExpiresAt.Time, r.Clock.Now()), true, nil
+		}
+		return ctrl.Result{}, true, nil
+	case deleting && !apierrors.IsConflict(err) && try >= 2:
+		log.FromContext(ctx).Info("deleting: the outcome could not be written; finalizing with it", "attempt", attempt, "error", err.Error())
+		res, ferr := r.finalizeWithOutcome(ctx, upd)
+		return res, true, ferr
+	}
+	return ctrl.Result{}, false, nil
 }
 
 // finalizeWithOutcome finalizes an object being deleted whose outcome, held in memory, could not be written:
@@ -371,7 +383,7 @@ func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *ac
 
 // resolve applies the resolve annotation, records the decision, then clears the annotation.
 func (r *ExternalActionReconciler) resolve(ctx context.Context, xa *actionsv1alpha1.ExternalAction, decision string, now time.Time) (ctrl.Result, error) {
-	env := ledger.Env{Now: now, Holder: r.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.ClaimMargin}
+	env := r.envFor(xa, nil, retry.Policy{}, 0, now)
 	destID := ""
 	if dest, err := r.resolveDestination(ctx, xa); err == nil {
 		policy, dl, _ := tighten(dest.Policy, dest.DeadlineDur, xa.Spec.RetryPolicy)
@@ -388,8 +400,11 @@ func (r *ExternalActionReconciler) resolve(ctx context.Context, xa *actionsv1alp
 	} else {
 		upd := xa.DeepCopy()
 		upd.Status = *step.Status
-		if err := r.Status().Update(ctx, upd); err != nil {
-			return ctrl.Result{}, ignoreConflict(err)
+		if err := r.updateStatus(ctx, upd); err != nil {
+			if errors.Is(err, errStatusRefused) {
+				return ctrl.Result{}, r.refused(upd, "the decision", err)
+			}
+			return ctrl.Result{}, ignoreConflict(err) // a Conflict: the next reconcile decides again
 		}
 		metrics.ManualResolutions.WithLabelValues(decision).Inc()
 		r.afterWrite(upd, step, destID)
@@ -486,26 +501,47 @@ func (r *ExternalActionReconciler) waitOnDestination(ctx context.Context, xa *ac
 	return ctrl.Result{RequeueAfter: max(next.Sub(r.Clock.Now()), destinationRecheck)}, nil
 }
 
+// envFor is the one ledger.Env builder. With dest nil (the destination is gone or unusable) the env still
+// carries the action's retention (spec.ttlSecondsAfterFinished, else DefaultTTLAfterFinished) and its
+// stored deadline, so that whatever is decided without a destination keeps the object for its horizon.
 func (r *ExternalActionReconciler) envFor(xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
 	policy retry.Policy, deadline time.Duration, now time.Time) ledger.Env {
 	env := ledger.Env{
 		Now: now, Holder: r.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.ClaimMargin,
-		Policy: policy, AttemptTimeout: dest.Timeout,
-		RepeatSafe: repeatSafe(dest, xa), KeySupported: dest.KeySupported, PostCheck: dest.Spec.Reconciliation != nil,
-		Retention: dest.Retention,
+		Policy: policy, Retention: DefaultTTLAfterFinished,
+	}
+	if dest != nil {
+		env.AttemptTimeout, env.Retention = dest.Timeout, dest.Retention
+		env.RepeatSafe, env.KeySupported, env.PostCheck = repeatSafe(dest, xa), dest.KeySupported, dest.Spec.Reconciliation != nil
+		if rc := dest.Spec.Reconciliation; rc != nil && rc.MaxChecks != nil {
+			env.MaxPostChecks = *rc.MaxChecks
+		}
 	}
 	if xa.Status.Deadline != nil {
 		env.Policy.Deadline = xa.Status.Deadline.Time
 	} else {
 		env.Policy.Deadline = ledger.EffectiveDeadline(xa.CreationTimestamp.Time, deadline)
 	}
-	if rc := dest.Spec.Reconciliation; rc != nil && rc.MaxChecks != nil {
-		env.MaxPostChecks = *rc.MaxChecks
-	}
 	if xa.Spec.TTLSecondsAfterFinished != nil {
 		env.Retention = time.Duration(*xa.Spec.TTLSecondsAfterFinished) * time.Second
 	}
 	return env
+}
+
+// checkSpec checks what the action asks against its destination: a retry policy that only tightens the
+// destination's (returned with its deadline), a compilable successWhen, and a body within bounds (returned in
+// canonical form). Any error is an InvalidSpec.
+func (r *ExternalActionReconciler) checkSpec(xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination) (
+	retry.Policy, time.Duration, []byte, error) {
+	policy, deadlineDur, err := tighten(dest.Policy, dest.DeadlineDur, xa.Spec.RetryPolicy)
+	if err != nil {
+		return policy, 0, nil, err
+	}
+	if _, err := r.successProgram(xa); err != nil {
+		return policy, 0, nil, err
+	}
+	body, err := requestBody(xa)
+	return policy, deadlineDur, body, err
 }
 
 func (r *ExternalActionReconciler) rand() func() float64 {
@@ -561,8 +597,16 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxConcurrentReconciles <= 0 {
 		r.MaxConcurrentReconciles = 16
 	}
+	if err := r.newDispatcher(); err != nil {
+		return err
+	}
+	if err := mgr.Add(dispatcherRunnable{r: r}); err != nil {
+		return fmt.Errorf("adding the dispatcher: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&actionsv1alpha1.ExternalAction{}).
+		// Outcomes handed back by the dispatcher wake their object (DESIGN rule 10).
+		WatchesRawSource(source.Channel(r.outcomes, &handler.EnqueueRequestForObject{})).
 		// A namespace's labels decide which ClusterDestinations its actions may use (spec.namespaceSelector):
 		// metadata is all that is read, and a label change wakes the actions waiting on NamespaceNotAllowed.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.actionsUsingClusterDestinations),

@@ -189,3 +189,50 @@ func TestOutcomeUnknownNeverCollected(t *testing.T) {
 		t.Fatalf("OutcomeUnknown was collected: %v, deletionTimestamp %v", err, cur.DeletionTimestamp)
 	}
 }
+
+// A person's decision on an OutcomeUnknown action whose Destination is gone keeps the action's retention
+// (spec.ttlSecondsAfterFinished, else the default): it is not collected at once.
+func TestResolveWithoutDestinationKeepsRetention(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	scheme := runtime.NewScheme()
+	if err := actionsv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	ttl := int32(600)
+	for _, tc := range []struct {
+		name string
+		ttl  *int32
+		want time.Duration
+	}{{"spec ttl", &ttl, 10 * time.Minute}, {"default", nil, DefaultTTLAfterFinished}} {
+		t.Run(tc.name, func(t *testing.T) {
+			past := metav1.NewTime(clk.Now().Add(-time.Hour))
+			xa := &actionsv1alpha1.ExternalAction{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "transfer-4", Finalizers: []string{actionsv1alpha1.Finalizer},
+					Annotations: map[string]string{actionsv1alpha1.AnnotationResolve: actionsv1alpha1.DecisionApplied}},
+				Spec: actionsv1alpha1.ExternalActionSpec{DestinationRef: actionsv1alpha1.DestinationReference{Name: "gone"},
+					Request: actionsv1alpha1.ActionRequest{Method: "POST", Path: "/t"}, TTLSecondsAfterFinished: tc.ttl},
+				Status: actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseOutcomeUnknown, Fingerprint: "sha256:ab",
+					IdempotencyKey: "shop/transfer-4", Attempts: 1, CompletedAt: &past},
+			}
+			c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&actionsv1alpha1.ExternalAction{}).WithObjects(xa).Build()
+			r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: events.NewFakeRecorder(10), Clock: clk,
+				Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Holder: "test"}
+			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(xa)}
+			for range 3 {
+				if _, err := r.Reconcile(ctx, req); err != nil {
+					t.Fatalf("reconcile: %v", err)
+				}
+			}
+			cur := &actionsv1alpha1.ExternalAction{}
+			if err := c.Get(ctx, req.NamespacedName, cur); err != nil {
+				t.Fatalf("the resolved action was collected at once: %v", err)
+			}
+			if cur.Status.Phase != actionsv1alpha1.PhaseSucceeded || cur.Status.ExpiresAt == nil ||
+				!cur.Status.ExpiresAt.Time.Equal(clk.Now().Add(tc.want)) || !cur.DeletionTimestamp.IsZero() {
+				t.Fatalf("phase %s, expiresAt %v, deletion %v; want Succeeded kept until now+%s", cur.Status.Phase,
+					cur.Status.ExpiresAt, cur.DeletionTimestamp, tc.want)
+			}
+		})
+	}
+}

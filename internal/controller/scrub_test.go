@@ -43,10 +43,10 @@ func echoServer(t *testing.T) string {
 			w.Header().Set("Location", "/things/1?auth="+echo)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
-			fmt.Fprintf(w, `{"id":"1","seen":%q}`, echo)
+			_, _ = fmt.Fprintf(w, `{"id":"1","seen":%q}`, echo) //nolint:gosec // G705: echoing the request is what this test destination is for
 		case "/reject":
 			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprintf(w, "<html>invalid credentials: %s</html>", echo)
+			_, _ = fmt.Fprintf(w, "<html>invalid credentials: %s</html>", echo) //nolint:gosec // G705: echoing the request is what this test destination is for
 		default:
 			w.Header().Set("Retry-After", echo)
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -67,10 +67,12 @@ func TestSecretsEchoedByTheDestinationAreRedacted(t *testing.T) {
 		auth   actionsv1alpha1.AuthConfig
 		leaked []string // every form of the Secret values that must not appear
 	}{
-		{"bearer", map[string]string{"token": "tok-5f0c2a9e71b3\n"},
+		{"bearer", map[string]string{"token": "tok-5f0c2a9e71b3\n"}, //nolint:gosec // G101: a test credential
+
 			actionsv1alpha1.AuthConfig{BearerToken: &actionsv1alpha1.SecretKeySelector{Name: "cred", Key: "token"}},
 			[]string{"tok-5f0c2a9e71b3"}},
-		{"basic", map[string]string{"username": "svc-orders", "password": "pa55-w0rd-8c1d"},
+		{"basic", map[string]string{"username": "svc-orders", "password": "pa55-w0rd-8c1d"}, //nolint:gosec // G101: a test credential
+
 			actionsv1alpha1.AuthConfig{Basic: &actionsv1alpha1.SecretReference{Name: "cred"}},
 			[]string{"pa55-w0rd-8c1d", base64.StdEncoding.EncodeToString([]byte("svc-orders:pa55-w0rd-8c1d"))}},
 		{"header", map[string]string{"key": "k-7e21d4b09a6f"},
@@ -250,7 +252,7 @@ func fixedStatusServer(t *testing.T, status int) (string, *atomic.Int32) {
 		n.Add(1)
 		w.Header().Set("Location", "/things/1")
 		w.WriteHeader(status)
-		fmt.Fprint(w, `{"id":"1"}`)
+		_, _ = fmt.Fprint(w, `{"id":"1"}`)
 	}))
 	t.Cleanup(ts.Close)
 	return ts.URL, &n

@@ -2,23 +2,16 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
-
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/fingerprint"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
-	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/retry"
 )
 
@@ -150,95 +143,4 @@ func responseRecord(resp *httpexec.Response, red *redactor) *actionsv1alpha1.Res
 		}
 	}
 	return rec
-}
-
-// postCheck asks the destination's reconciliation post-check about an uncertain attempt (DESIGN rule 3).
-func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
-	step ledger.Step, env ledger.Env) (ctrl.Result, error) {
-	if step.Status != nil {
-		upd := xa.DeepCopy()
-		upd.Status = *step.Status
-		if err := r.writeStep(ctx, upd); err != nil {
-			return ctrl.Result{}, err
-		}
-		r.afterWrite(upd, step, dest.ID)
-		xa = upd
-	}
-	rc := dest.Spec.Reconciliation
-	key := xa.Namespace + "/" + xa.Name
-	attempt := xa.Status.Claim.Attempt
-	path := strings.NewReplacer("{key}", url.QueryEscape(xa.Status.IdempotencyKey),
-		"{namespace}", url.PathEscape(xa.Namespace), "{name}", url.PathEscape(xa.Name)).Replace(rc.Path)
-	// The filled-in path is checked again: an escaped key may hold "%2F", never a dot segment.
-	target, joinErr := httpexec.JoinURLEscapedValues(dest.Spec.URL, path)
-	var res httpexec.Result
-	if joinErr != nil {
-		// Nothing is sent; the check counts as inconclusive, so the action ends OutcomeUnknown (DESIGN rule 3).
-		log.FromContext(ctx).Info("post-check not sent: its path leaves the destination's base path", "attempt", attempt,
-			"reason", actionsv1alpha1.ReasonPathOutsideBase, "error", joinErr.Error())
-	} else {
-		if ok, wait, reason := r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, key, true, env.Now); !ok {
-			metrics.Delayed.WithLabelValues(dest.ID, string(reason)).Inc()
-			return ctrl.Result{RequeueAfter: wait}, nil
-		}
-		h := http.Header{}
-		for k, vs := range dest.AuthHeader {
-			h[k] = append([]string(nil), vs...)
-		}
-		h.Set(dest.KeyHeader, xa.Status.IdempotencyKey)
-		m := rc.Method
-		if m == "" {
-			m = http.MethodGet
-		}
-		res = r.Executor.Execute(ctx, httpexec.Request{Method: m, URL: target, Header: h, Timeout: dest.Timeout, TLS: dest.TLS}, keepBytes(dest.Redactor))
-	}
-	verdict := ledger.VerdictInconclusive
-	var rec *actionsv1alpha1.ResponseRecord
-	if joinErr == nil && res.Err == nil && res.Response != nil {
-		rec = responseRecord(res.Response, dest.Redactor)
-		in := exprResponse(res.Response)
-		if p, err := r.Exprs.Get(rc.Applied); err == nil {
-			if ok, _ := p.Eval(in); ok {
-				verdict = ledger.VerdictApplied
-			}
-		}
-		if verdict == ledger.VerdictInconclusive {
-			if p, err := r.Exprs.Get(rc.NotApplied); err == nil {
-				if ok, _ := p.Eval(in); ok {
-					verdict = ledger.VerdictNotApplied
-				}
-			}
-		}
-	}
-	log.FromContext(ctx).V(1).Info("post-check", "attempt", attempt, "verdict", verdict)
-	env.Now = r.Clock.Now()
-	for range 5 {
-		next, ok := ledger.RecordCheck(&xa.Status, attempt, verdict, rec, env)
-		if !ok {
-			return ctrl.Result{}, nil
-		}
-		upd := xa.DeepCopy()
-		upd.Status = *next.Status
-		err := r.updateStatus(ctx, upd)
-		if err == nil {
-			r.afterWrite(upd, next, dest.ID)
-			if next.At.IsZero() {
-				return ctrl.Result{}, nil
-			}
-			return ctrl.Result{RequeueAfter: max(next.At.Sub(r.Clock.Now()), time.Millisecond)}, nil
-		}
-		if errors.Is(err, errStatusRefused) {
-			// Asking again would only repeat the post-check; a person must look (the event says why).
-			return ctrl.Result{}, r.refused(xa, fmt.Sprintf("the post-check verdict %s", verdict), err)
-		}
-		if ignoreConflict(err) != nil {
-			return ctrl.Result{}, err
-		}
-		fresh := &actionsv1alpha1.ExternalAction{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(xa), fresh); err != nil {
-			return ctrl.Result{}, ignoreConflict(err)
-		}
-		xa = fresh
-	}
-	return ctrl.Result{RequeueAfter: time.Second}, nil
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -100,4 +102,25 @@ func invalidFields(err error) string {
 		parts = append(parts, fmt.Sprintf("%s: %s", c.Field, c.Type))
 	}
 	return cutUTF8(strings.Join(parts, ", "), 512)
+}
+
+// statusWriteBackoff is the one bounded backoff of status writes retried in place (an outcome, a post-check
+// verdict): 50 ms doubling, jittered by 10%, ending once a step would pass 2 s (six sleeps, about 3 s in all). A
+// Conflict re-reads at once and costs a step without sleeping. After the last step the write is left to the
+// workqueue's rate-limited retry; an outcome stays in memory meanwhile (DESIGN rule 2).
+var statusWriteBackoff = wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 8, Cap: 2 * time.Second}
+
+// sleepStep sleeps b's next step, or returns ctx's error, or an error when b has no step left.
+func sleepStep(ctx context.Context, b *wait.Backoff) error {
+	if b.Steps <= 0 {
+		return errors.New("status write retries exhausted")
+	}
+	t := time.NewTimer(b.Step())
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -20,8 +20,7 @@ import (
 // the channel of a controller-runtime source.Channel, whose handler enqueues a reconcile.Request. The
 // request that comes out of the workqueue finds the outcome in the pending map.
 func TestCompletionsReachTheControllerThroughSourceChannel(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := t.Context()
 
 	var pending sync.Map // types.NamespacedName -> Completion[int]
 	events := make(chan event.GenericEvent, 16)

@@ -196,7 +196,7 @@ func New[R any](opts Options[R]) (*Dispatcher[R], error) {
 	if d.clock == nil {
 		d.clock = clock.RealClock{}
 	}
-	d.runCtx, d.cancelRuns = context.WithCancel(context.Background())
+	d.runCtx, d.cancelRuns = context.WithCancel(context.Background()) //nolint:gosec // G118: cancelRuns is called when the grace ends (Start)
 	return d, nil
 }
 
@@ -262,6 +262,16 @@ func (d *Dispatcher[R]) HasRoom(destination, namespace string) bool {
 	}
 	nsq := dq.byNS[namespace]
 	return nsq == nil || nsq.jobs.Len() == 0
+}
+
+// Holds reports whether key has a job in the dispatcher: queued, running, or being delivered. While it
+// does, Submit refuses the key, and the controller must neither claim nor send for it again: the outcome
+// of the attempt it holds is on its way.
+func (d *Dispatcher[R]) Holds(key types.NamespacedName) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.keys[key]
+	return ok
 }
 
 // InFlight returns the number of sends of destination running now.

@@ -279,6 +279,9 @@ func TestSameKeyNeverTwice(t *testing.T) {
 	d = newDispatcher(t, Options[int]{Deliver: func(x Completion[int]) {
 		if x.Key == k {
 			// The key stays taken until Deliver returns (the controller stores the outcome first).
+			if !d.Holds(k) {
+				t.Error("Holds during Deliver = false; want true")
+			}
 			duringDeliver <- d.Submit(mkJob("D/x", k, 1, func(context.Context) int { return 0 }))
 		}
 		c.deliver(x)
@@ -289,6 +292,9 @@ func TestSameKeyNeverTwice(t *testing.T) {
 	mustSubmit(t, d, mkJob("D/x", k, 1, b.run(k, 1)))         // queued
 	if err := d.Submit(mkJob("D/x", k, 1, b.run(k, 1))); !errors.Is(err, ErrAlreadyQueued) {
 		t.Fatalf("Submit of a queued key = %v; want ErrAlreadyQueued", err)
+	}
+	if !d.Holds(k) || d.Holds(key("ns", 3)) {
+		t.Fatalf("Holds(queued) = %v, Holds(unknown) = %v; want true, false", d.Holds(k), d.Holds(key("ns", 3)))
 	}
 	b.awaitStarted(t, 1)
 	b.release <- struct{}{} // finish other; k starts

@@ -170,7 +170,7 @@ func TestSetAPIServer(t *testing.T) {
 		wg.Go(func() {
 			for j := range 200 {
 				if i%2 == 0 {
-					p.SetAPIServer([]netip.Addr{netip.AddrFrom4([4]byte{10, 0, byte(i), byte(j)})})
+					p.SetAPIServer([]netip.Addr{netip.AddrFrom4([4]byte{10, 0, byte(i), byte(j)})}) //nolint:gosec // G115: i, j < 256
 				} else {
 					_ = p.Check(netip.MustParseAddr("10.0.0.1"))
 				}

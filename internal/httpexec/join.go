@@ -113,7 +113,7 @@ func resolvedSegments(escaped string) []string {
 		return nil
 	}
 	var out []string
-	for _, s := range strings.Split(escaped, "/") {
+	for s := range strings.SplitSeq(escaped, "/") {
 		if d, err := url.PathUnescape(s); err == nil {
 			s = d
 		}
@@ -134,7 +134,7 @@ func resolvedSegments(escaped string) []string {
 // separator (see JoinURL). allowEncodedSeparators accepts "%2F" and "%5C" when no part they separate is a dot
 // segment.
 func checkSegments(p string, allowEncodedSeparators bool) error {
-	for _, seg := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+	for seg := range strings.SplitSeq(strings.TrimPrefix(p, "/"), "/") {
 		if strings.Contains(seg, `\`) {
 			return fmt.Errorf("%w: segment %q has a backslash, which some servers read as \"/\"", ErrPathOutsideBase, seg)
 		}

@@ -17,8 +17,16 @@ import (
 	"github.com/actionledger/actionledger/internal/retry"
 )
 
-// HistoryLimit is the number of finished attempts kept in status.attemptHistory.
-const HistoryLimit = 10
+// Defaults of the ledger, defined here once (CONTRACT).
+const (
+	// HistoryLimit is the number of finished attempts kept in status.attemptHistory.
+	HistoryLimit = 10
+	// DefaultAttemptTimeout is a destination's per-attempt timeout when spec.timeout is not set.
+	DefaultAttemptTimeout = 30 * time.Second
+	// DefaultClaimMargin is added to the attempt timeout to form a claim's expiry when Env.ClaimMargin is
+	// not positive (--claim-margin default): the time to record the outcome.
+	DefaultClaimMargin = 5 * time.Second
+)
 
 // Env is everything a decision needs besides the status.
 type Env struct {
@@ -164,11 +172,11 @@ func claim(cur *actionsv1alpha1.ExternalActionStatus, env Env) Step {
 	st.Attempts++
 	timeout := env.AttemptTimeout
 	if timeout <= 0 {
-		timeout = 30 * time.Second
+		timeout = DefaultAttemptTimeout
 	}
 	margin := env.ClaimMargin
 	if margin <= 0 {
-		margin = 5 * time.Second
+		margin = DefaultClaimMargin
 	}
 	// metav1.Time is stored with second precision: round the expiry up so that the stored value is never earlier
 	// than timeout plus margin after the claim (C06: a duration written in one unit and read in another).
@@ -324,7 +332,7 @@ func schedule(st *actionsv1alpha1.ExternalActionStatus, env Env, retryAfter, why
 	p.MaxAttempts = maxAttempts(st, env)
 	d := retry.Next(p, st.Attempts, retryAfter, env.Now, env.Rand)
 	if !d.Retry {
-		return exhaust(st, env, d.Reason, why+"; "+d.Message)
+		return exhaust(st, env, retryReason(d.Reason), why+"; "+d.Message)
 	}
 	// Status times keep whole seconds on the wire (RFC 3339): round up, never down, so that an event that
 	// re-reads the stored status cannot send before the scheduled time (C10).
@@ -601,4 +609,17 @@ func ceilSecond(t time.Time) time.Time {
 func ptrTime(t time.Time) *metav1.Time {
 	mt := metav1.NewTime(t)
 	return &mt
+}
+
+// retryReason maps a reason of package retry (Decision.Reason) to the API's condition reason (CONTRACT),
+// explicitly: retry's strings are its own.
+func retryReason(r string) string {
+	switch r {
+	case retry.ReasonAttemptsExhausted:
+		return actionsv1alpha1.ReasonAttemptsExhausted
+	case retry.ReasonRetryAfterPastDeadline:
+		return actionsv1alpha1.ReasonRetryAfterPastDeadline
+	default: // retry.ReasonDeadlineExceeded
+		return actionsv1alpha1.ReasonDeadlineExceeded
+	}
 }

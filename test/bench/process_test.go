@@ -21,18 +21,24 @@ import (
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
 
-// managerBinary builds ./cmd once per test binary into dir and returns its path.
+// managerBinary builds ./cmd once per test binary and returns its path. The binary lives in a directory of
+// the test binary's own (removed by TestMain), not in the calling test's TempDir: TestBenchmark and
+// TestBenchmarkGateway share it, and a test's TempDir goes when that test ends.
 var (
 	buildOnce sync.Once
+	buildDir  string
 	buildPath string
 	buildErr  error
 )
 
-func managerBinary(t *testing.T, dir string) string {
+func managerBinary(t *testing.T, _ string) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		buildPath = filepath.Join(dir, "actionledger")
-		buildErr = envtestutil.Build(context.Background(), dir, map[string]string{"actionledger": "./cmd"})
+		if buildDir, buildErr = os.MkdirTemp("", "actionledger-bench-bin-"); buildErr != nil {
+			return
+		}
+		buildPath = filepath.Join(buildDir, "actionledger")
+		buildErr = envtestutil.Build(context.Background(), buildDir, map[string]string{"actionledger": "./cmd"})
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -299,4 +305,13 @@ func (p *proc) memory(t *testing.T, window time.Duration, waitGC bool) Memory {
 		m.LiveHeap = p.live[len(p.live)-1].live
 	}
 	return m
+}
+
+// TestMain removes the shared manager binary after every test of the package ran.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
 }

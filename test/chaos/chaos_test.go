@@ -99,7 +99,7 @@ func TestChaos(t *testing.T) {
 		}
 	})
 
-	// Chaos: SIGKILL a manager at a random moment and restart it; sometimes run a second one beside it.
+	// Chaos: SIGKILL or SIGTERM a manager at a random moment and restart it; sometimes run a second one beside it.
 	for events := 0; events < p.maxEvents && time.Since(start) < p.chaosFor; events++ {
 		time.Sleep(p.killEveryMin + time.Duration(rng.Int64N(int64(p.killEveryMax-p.killEveryMin))))
 		switch running := fl.running(); {
@@ -109,6 +109,9 @@ func TestChaos(t *testing.T) {
 			fl.kill(running[rng.IntN(len(running))])
 		case rng.Float64() < 0.25:
 			fl.start() // two managers at once, leader election off
+		case rng.Float64() < 0.35:
+			fl.term(running[0]) // graceful: in-flight sends are recorded, queued ones recorded as not sent
+			fl.start()
 		default:
 			fl.kill(running[0])
 			if rng.Float64() < 0.5 {
@@ -135,6 +138,8 @@ func TestChaos(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	kills := fl.killCount()
+	t.Logf("chaos: %d SIGKILLs, %d SIGTERMs", kills, fl.termCount())
+	kills += fl.termCount()
 	for _, w := range worlds {
 		w.check(t, kills)
 	}

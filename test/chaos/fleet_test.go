@@ -9,13 +9,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
 
-// fleet runs the real manager binary as separate OS processes and kills them with SIGKILL.
+// fleet runs the real manager binary as separate OS processes and stops them with SIGKILL or SIGTERM.
 type fleet struct {
 	t          *testing.T
 	dir        string
@@ -26,6 +27,7 @@ type fleet struct {
 	all   []*proc
 	live  []*proc
 	kills int
+	terms int
 }
 
 // proc is one manager process.
@@ -61,7 +63,7 @@ func (f *fleet) start() {
 	}
 	args := []string{
 		"--kubeconfig=" + f.kubeconfig, "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
-		"--claim-margin=1s", "--max-concurrent-reconciles=8",
+		"--claim-margin=1s", "--max-concurrent-reconciles=8", "--shutdown-grace=" + shutdownGrace.String(),
 		"--destination-allow-cidrs=127.0.0.1/32", // the destination listens on loopback, denied by default
 	}
 	if os.Getenv("CHAOS_VERBOSE") != "" {
@@ -89,6 +91,26 @@ func (f *fleet) kill(p *proc) {
 	defer f.mu.Unlock()
 	f.killLocked(p)
 	f.kills++
+}
+
+// shutdownGrace is the managers' --shutdown-grace: longer than an attempt (timeout 2s), short enough for a
+// SIGTERM to fit in a chaos period.
+const shutdownGrace = 3 * time.Second
+
+// term stops p with SIGTERM (a graceful stop: sends in flight are awaited for the grace and recorded, queued
+// ones are recorded as not sent) and waits for it to exit; one that does not exit in time is SIGKILLed and
+// reported.
+func (f *fleet) term(p *proc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(shutdownGrace + 20*time.Second):
+		f.t.Errorf("manager %d did not exit within %s of SIGTERM", p.id, shutdownGrace+20*time.Second)
+	}
+	f.killLocked(p)
+	f.terms++
 }
 
 func (f *fleet) killLocked(p *proc) {
@@ -128,6 +150,12 @@ func (f *fleet) killCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.kills
+}
+
+func (f *fleet) termCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.terms
 }
 
 // stopAll kills every process left and, when the test failed, prints the tail of the last logs. It is

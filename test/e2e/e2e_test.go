@@ -23,8 +23,11 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -119,6 +122,8 @@ func runLocal(t *testing.T, dir string, extraEnv ...string) (*exec.Cmd, *syncBuf
 		"RUN_LOCAL_DEST_ADDR="+freeAddr(t),
 		"RUN_LOCAL_METRICS_ADDR="+freeAddr(t),
 		"RUN_LOCAL_PROBE_ADDR="+freeAddr(t),
+		"RUN_LOCAL_GATEWAY_ADDR="+freeAddr(t),
+		"RUN_LOCAL_GATEWAY_METRICS_ADDR="+freeAddr(t),
 		"RUN_LOCAL_TIMEOUT=120",
 	)
 	cmd.Env = append(cmd.Env, extraEnv...)
@@ -166,7 +171,7 @@ func reportedPIDs(t *testing.T, out string) map[string]int {
 		}
 		pids[name] = pid
 	}
-	for _, want := range []string{"etcd", "kube-apiserver", "demo-destination", "actionledger"} {
+	for _, want := range []string{"etcd", "kube-apiserver", "demo-destination", "actionledger", "gateway"} {
 		if pids[want] == 0 {
 			t.Fatalf("Processes line %q has no %s", m[1], want)
 		}
@@ -253,6 +258,7 @@ func TestRunLocal(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		pids := reportedPIDs(t, out.String())
+		gatewayThroughTLS(t, dir, out.String())
 		// Ctrl-C in a terminal signals the script's foreground process group; the children run in
 		// their own sessions, so only the script gets it and stops them in order.
 		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -272,14 +278,19 @@ type manager struct {
 	log *syncBuffer
 }
 
+// managerExtraArgs are flags startManager adds (set by startManagerArgs).
+var managerExtraArgs []string
+
 // startManager starts the actionledger binary against kubeconfig; it is SIGKILLed at test end.
 func startManager(t *testing.T, kubeconfig string) *manager {
 	t.Helper()
 	bin := filepath.Join(binDir, "actionledger")
-	cmd := exec.CommandContext(context.Background(), bin, //nolint:gosec // the binary TestMain built
-		"--kubeconfig="+kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
 		"--health-probe-bind-address=0", "--controller-namespace=default", "--claim-margin=1s",
-		"--destination-allow-cidrs=127.0.0.1/32") // the demo destination listens on loopback, denied by default
+		"--destination-allow-cidrs=127.0.0.1/32"}, // the demo destination listens on loopback, denied by default
+		managerExtraArgs...)
+	cmd := exec.CommandContext(context.Background(), bin, args...) //nolint:gosec // the binary TestMain built
 	log := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -471,5 +482,46 @@ spec:
 	}
 	if xa7 := env.Get(t, ns, "invoice-7"); xa7.Status.Attempts != 1 {
 		t.Errorf("invoice-7 attempts = %d after the restarts, want 1", xa7.Status.Attempts)
+	}
+}
+
+var gatewayLine = regexp.MustCompile(`gateway: +(https://\S+)`)
+
+// gatewayThroughTLS sends the request run-local.sh suggests through the gateway it started: over TLS with
+// the script's CA, as the ServiceAccount checkout (a token from the TokenRequest API via kubectl create
+// token), and expects the demo destination's 201, then the replay.
+func gatewayThroughTLS(t *testing.T, dir, out string) {
+	t.Helper()
+	m := gatewayLine.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("run-local.sh printed no gateway address; output:\n%s", out)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	token := strings.TrimSpace(kubectl(t, kubeconfig, "", "create", "token", "checkout"))
+	ca, err := os.ReadFile(filepath.Join(dir, "pki", "ca.crt")) //nolint:gosec // the test's temp dir
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	send := func() (int, http.Header) {
+		r, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, m[1]+"/v1/namespaces/default/destinations/demo/charges",
+			strings.NewReader(`{"amount":1}`))
+		r.Header.Set("Authorization", "Bearer "+token)
+		r.Header.Set("Idempotency-Key", `"order-1"`)
+		r.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(r)
+		if err != nil {
+			t.Fatalf("gateway request: %v", err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, resp.Header
+	}
+	if code, h := send(); code != http.StatusCreated || h.Get("Idempotent-Replayed") != "" {
+		t.Errorf("first gateway request: %d %v, want 201", code, h)
+	}
+	if code, h := send(); code != http.StatusCreated || h.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("repeated gateway request: %d %v, want the 201 replayed", code, h)
 	}
 }

@@ -53,9 +53,9 @@ const (
 	encodedSep  = "may not contain an encoded slash (%2F), a backslash or an encoded backslash (%5C) before the query"
 	urlDots     = "url may not contain a '.' or '..' path segment"
 	urlBackslsh = "url may not contain a backslash or an encoded backslash (%5C)"
-	headerToken = "header names must be RFC 9110 tokens"
+	headerToken = "header names must be RFC 9110 tokens" //nolint:gosec // G101: an error message, not a credential
 	headerHop   = "headers may not set hop-by-hop or framing headers"
-	headerCreds = "headers may not set Authorization or Idempotency-Key"
+	headerCreds = "headers may not set Authorization or Idempotency-Key" //nolint:gosec // G101: an error message, not a credential
 	headerDup   = "header names are case-insensitive and each may appear once"
 	headerLong  = "header values are at most 8192 bytes"
 	headerCtl   = "header values may not contain CR, LF, NUL or other control characters"

@@ -94,8 +94,9 @@ func TestDefaultRendersAndDryRunApplies(t *testing.T) {
 			t.Errorf("%s %s is in namespace %q, want %s", o.GetKind(), o.GetName(), o.GetNamespace(), installNamespace)
 		}
 	}
-	if kinds["CustomResourceDefinition"] != 4 || kinds["Deployment"] != 1 || kinds["Namespace"] != 1 || kinds["ServiceAccount"] != 1 {
-		t.Fatalf("rendered kinds %v: want 4 CRDs, 1 Deployment, 1 Namespace, 1 ServiceAccount", kinds)
+	// The manager and the gateway (config/gateway): a Deployment and a ServiceAccount each.
+	if kinds["CustomResourceDefinition"] != 4 || kinds["Deployment"] != 2 || kinds["Namespace"] != 1 || kinds["ServiceAccount"] != 2 {
+		t.Fatalf("rendered kinds %v: want 4 CRDs, 2 Deployments, 1 Namespace, 2 ServiceAccounts", kinds)
 	}
 
 	checkDeployment(t, objs)

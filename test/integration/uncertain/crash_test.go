@@ -40,7 +40,9 @@ func TestCrashAfterAccept(t *testing.T) {
 	plainSrv, plainURL := envtestutil.DestinationServer(t, destination.Options{})
 	env.CreateDestination(t, ns, "dedup", dedupURL, fast(2*time.Second, true))
 	env.CreateDestination(t, ns, "plain", plainURL, fast(2*time.Second, false))
-	stop := env.StartManager(t, app.Options{Holder: "crash-1", Executor: crashAfterSend{real: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy()))}})
+	// A shutdown grace of 1ns: for the sends in flight the stop is a crash (nothing is awaited or recorded).
+	stop := env.StartManager(t, app.Options{Holder: "crash-1", ShutdownGrace: time.Nanosecond,
+		Executor: crashAfterSend{real: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy()))}})
 
 	env.Create(t, envtestutil.Action(ns, "with-key", "dedup", "/charges", `{"amount":1}`))
 	env.Create(t, envtestutil.Action(ns, "without-key", "plain", "/charges", `{"amount":2}`))
@@ -114,7 +116,8 @@ func TestStuckClaimWaitsForExpiry(t *testing.T) {
 	ns := env.Namespace(t)
 	srv, url := envtestutil.DestinationServer(t, destination.Options{Dedup: true})
 	env.CreateDestination(t, ns, "dedup", url, fast(3*time.Second, true))
-	stop := env.StartManager(t, app.Options{Holder: "stuck-1", Executor: hangBeforeSend{}})
+	// A shutdown grace of 1ns: for the send in flight the stop is a crash (nothing is awaited or recorded).
+	stop := env.StartManager(t, app.Options{Holder: "stuck-1", Executor: hangBeforeSend{}, ShutdownGrace: time.Nanosecond})
 
 	env.Create(t, envtestutil.Action(ns, "stuck", "dedup", "/charges", `{"amount":1}`))
 	xa := env.WaitFor(t, ns, "stuck", 20*time.Second, "a claim", func(x *actionsv1alpha1.ExternalAction) bool { return x.Status.Claim != nil })

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# helm-chart.sh regenerates the Helm chart from config/default into OUT/chart (default OUT: dist) with
+# kubebuilder's helm/v2-alpha plugin, run in a scratch directory on the kustomize render, so that it
+# neither runs 'make build-installer' (which edits config/manager) nor adds its Makefile targets and CI
+# workflow here. Only the hand-kept files seed it (dist/chart/Chart.yaml, values.yaml, and the templates
+# under dist/chart/templates/hand-kept/), and every other template comes back regenerated: a template
+# config/ no longer produces disappears. `make helm-chart` runs it; test/integration/ecosystem/helm_test.go
+# runs it into a temporary directory and fails on drift.
+#
+# The plugin keeps one ServiceAccount (the manager's): the gateway's ServiceAccount (config/gateway) is
+# left out of its input and kept by hand in dist/chart/templates/hand-kept/gateway-serviceaccount.yaml;
+# helm_test.go checks that the chart still renders every object of config/default.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-${root}/dist}
+KUSTOMIZE=${KUSTOMIZE:-${root}/bin/kustomize}
+KUBEBUILDER=${KUBEBUILDER:-${root}/bin/kubebuilder}
+tmp=$(mktemp -d)
+trap 'rm -rf "${tmp}"' EXIT
+
+cp "${root}/PROJECT" "${tmp}/"
+mkdir -p "${tmp}/dist/chart"
+# Drop the documents that are both a ServiceAccount and part of the gateway (kustomize separates documents
+# with a line "---").
+"${KUSTOMIZE}" build "${root}/config/default" | awk '
+  function flush() { if (doc != "" && !(doc ~ /\nkind: ServiceAccount\n/ && doc ~ /app\.kubernetes\.io\/component: gateway/)) printf "%s---\n", doc; doc = "" }
+  $0 == "---" { flush(); next }
+  { doc = doc $0 "\n" }
+  END { flush() }
+  BEGIN { doc = "" }' >"${tmp}/install.yaml"
+for f in Chart.yaml values.yaml; do
+  if [[ -f "${root}/dist/chart/${f}" ]]; then cp "${root}/dist/chart/${f}" "${tmp}/dist/chart/"; fi
+done
+(cd "${tmp}" && "${KUBEBUILDER}" edit --plugins=helm/v2-alpha --manifests=install.yaml --output-dir=dist)
+# The finalizer admission policy and its binding (config/admission) render only when
+# .Values.finalizerPolicy.enabled and the cluster serves admissionregistration.k8s.io/v1
+# MutatingAdmissionPolicy (Kubernetes 1.36+), so the chart still installs on older clusters, where the
+# manager adds the finalizer itself. The plugin cannot express the condition: it is added here.
+cond='{{- if and .Values.finalizerPolicy.enabled (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") }}'
+for f in externalaction-finalizer.yaml externalaction-finalizer-binding.yaml; do
+  f="${tmp}/dist/chart/templates/extras/${f}"
+  [[ -f "${f}" ]] || { echo "helm-chart.sh: the plugin did not produce ${f#"${tmp}"/} (did config/admission change?)" >&2; exit 1; }
+  { echo "${cond}"; cat "${f}"; echo '{{- end }}'; } >"${f}.tmp"
+  mv "${f}.tmp" "${f}"
+done
+if [[ -d "${root}/dist/chart/templates/hand-kept" ]]; then
+  cp -R "${root}/dist/chart/templates/hand-kept" "${tmp}/dist/chart/templates/hand-kept"
+fi
+mkdir -p "${out}"
+rm -rf "${out}/chart"
+cp -R "${tmp}/dist/chart" "${out}/chart"
+echo "${out}/chart regenerated from config/default"

@@ -1,0 +1,270 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+)
+
+// DestinationState is what "why" knows about the action's destination when the action waits on it.
+type DestinationState struct {
+	// Kind and Name are the action's spec.destinationRef.
+	Kind, Name string
+	// Found is false when the Destination or ClusterDestination does not exist.
+	Found bool
+	// Ready is its Ready condition, when it has one.
+	Ready *metav1.Condition
+}
+
+// destinationReasons are the condition reasons of an action that waits because of its destination.
+var destinationReasons = map[string]bool{
+	actionsv1alpha1.ReasonDestinationNotReady:          true,
+	actionsv1alpha1.ReasonNamespaceNotAllowed:          true,
+	actionsv1alpha1.ReasonSecretNotAllowed:             true,
+	actionsv1alpha1.ReasonEgressDenied:                 true,
+	actionsv1alpha1.ReasonInsecureSkipVerifyNotAllowed: true,
+}
+
+// WaitsOnDestination reports whether the action's conditions say it waits because of its destination, so
+// that "why" reads the destination too.
+func WaitsOnDestination(xa *actionsv1alpha1.ExternalAction) bool {
+	c := meta.FindStatusCondition(xa.Status.Conditions, actionsv1alpha1.ConditionReady)
+	return c != nil && destinationReasons[c.Reason] && !xa.Status.Phase.Terminal()
+}
+
+// Explain says in plain words what state xa is in and what to do next, one sentence per line. dest is read
+// only when WaitsOnDestination(xa) (nil otherwise). now is the clock for "in 12s" and expired claims.
+func Explain(xa *actionsv1alpha1.ExternalAction, dest *DestinationState, now time.Time) []string {
+	st := &xa.Status
+	name := xa.Name
+	var out []string
+	say := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
+	ready := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReady)
+	reason, message := "", ""
+	if ready != nil {
+		reason, message = ready.Reason, ready.Message
+	}
+	key := st.IdempotencyKey
+	if key == "" {
+		key = xa.Namespace + "/" + xa.Name
+	}
+	phase := st.Phase
+	if phase == "" {
+		phase = actionsv1alpha1.PhasePending
+	}
+	head := fmt.Sprintf("ExternalAction %s/%s is %s", xa.Namespace, name, phase)
+	if reason != "" && reason != string(phase) {
+		head += " (" + reason + ")"
+	}
+	say("%s.", head)
+	if message != "" {
+		say("Controller: %s.", strings.TrimSuffix(message, "."))
+	}
+	if d, ok := xa.Annotations[actionsv1alpha1.AnnotationResolve]; ok {
+		say("A decision %q is set in the annotation %s and waits for the controller to record it.", d, actionsv1alpha1.AnnotationResolve)
+	}
+	// lastError repeats the condition message in most phases; say it only when it adds something.
+	lastError := func(label string) {
+		if st.LastError != "" && !strings.Contains(message, st.LastError) {
+			say("%s: %s.", label, strings.TrimSuffix(st.LastError, "."))
+		}
+	}
+	resolveHint := func() {
+		say("Decide with one of:")
+		say("  kubectl actionledger resolve %s applied --reason '...'      # it happened: mark Succeeded, send nothing", name)
+		say("  kubectl actionledger resolve %s not-applied --reason '...'  # it did not happen: mark Failed", name)
+		say("  kubectl actionledger resolve %s retry --reason '...'        # send once more under the key %s", name, key)
+	}
+	switch phase {
+	case actionsv1alpha1.PhasePending, actionsv1alpha1.PhaseInProgress:
+		switch {
+		case st.Phase == "" && ready == nil:
+			say("The controller has not recorded anything yet: check that the actionledger manager is running and watching namespace %s.", xa.Namespace)
+		case destinationReasons[reason]:
+			explainDestination(say, xa, dest, reason)
+		case st.Claim != nil && now.Before(st.Claim.ExpiresAt.Time):
+			say("Attempt %d was sent at %s by %s and its outcome is not recorded yet; the claim expires at %s (%s).",
+				st.Claim.Attempt, stamp(st.Claim.StartedAt.Time), st.Claim.Holder, stamp(st.Claim.ExpiresAt.Time), until(now, st.Claim.ExpiresAt.Time))
+			say("Nothing to do: wait.")
+		case st.Claim != nil:
+			say("Attempt %d was sent at %s and its claim expired at %s without a recorded outcome.", st.Claim.Attempt,
+				stamp(st.Claim.StartedAt.Time), stamp(st.Claim.ExpiresAt.Time))
+			say("The controller settles it: it re-sends only when repeating is safe, asks the destination's post-check if there is one, and otherwise stops in OutcomeUnknown. If this stays, check that the manager is running.")
+		default:
+			lastError("Last error")
+			if st.NextAttemptAt != nil {
+				say("The next attempt (%d) is due at %s (%s); nothing is sent before then.", st.Attempts+1,
+					stamp(st.NextAttemptAt.Time), until(now, st.NextAttemptAt.Time))
+			}
+			if st.Deadline != nil {
+				say("The overall deadline is %s (%s); after it the action ends Exhausted.", stamp(st.Deadline.Time), until(now, st.Deadline.Time))
+			}
+			say("Nothing to do: wait, or follow it with kubectl actionledger history %s.", name)
+		}
+	case actionsv1alpha1.PhaseSucceeded:
+		switch {
+		case st.ReplayedFrom != nil:
+			say("Its outcome was replayed from the tombstone of an earlier object with the same key and fingerprint (uid %s); nothing was sent.", st.ReplayedFrom.UID)
+		case st.Resolution != nil:
+			say("A person decided %q at %s%s; nothing was sent for that decision.", st.Resolution.Decision, stamp(st.Resolution.At.Time), reasonText(st.Resolution.Reason))
+		case st.Response != nil:
+			say("The destination answered %d after %d attempt(s).", st.Response.StatusCode, st.Attempts)
+		}
+		explainRetention(say, st, now)
+		say("Nothing to do.")
+	case actionsv1alpha1.PhaseFailed:
+		switch {
+		case st.Resolution != nil:
+			say("A person decided %q at %s%s.", st.Resolution.Decision, stamp(st.Resolution.At.Time), reasonText(st.Resolution.Reason))
+		case reason == actionsv1alpha1.ReasonInvalidSpec || reason == actionsv1alpha1.ReasonPathOutsideBase:
+			say("The spec cannot be sent as written; nothing was sent. Fix it and create it under a new name (the fields are immutable).")
+		case st.Response != nil:
+			say("The destination rejected it with status %d; a rejection is the outcome and is not retried.", st.Response.StatusCode)
+		}
+		lastError("Last error")
+		explainRetention(say, st, now)
+		say("Failed is final. To perform the action anyway, create a new ExternalAction with a new name.")
+	case actionsv1alpha1.PhaseOutcomeUnknown:
+		say("Attempt %d may or may not have been applied by the destination, and nothing can prove it either way; it is never re-sent by itself.", st.Attempts)
+		lastError("Last error")
+		say("Look up the key %s in the destination's own records, then decide. It is not collected until you do.", key)
+		resolveHint()
+	case actionsv1alpha1.PhaseExhausted:
+		say("It stopped after %d attempt(s): attempts, retry budget or deadline ran out.", st.Attempts)
+		lastError("Last error")
+		explainRetention(say, st, now)
+		say("Fix the cause (the last error), then ask for one more attempt:")
+		say("  kubectl actionledger resolve %s retry --reason '...'", name)
+		say("or close it with resolve %s not-applied (or applied, if you know it happened).", name)
+	case actionsv1alpha1.PhaseConflict:
+		say("Its name, the idempotency key %s, is already bound to another request (a live object or the tombstone of an earlier one); nothing was sent.", key)
+		lastError("Detail")
+		say("Use a new name for a new action. Deleting this object leaves no tombstone and does not disturb the earlier binding.")
+	}
+	return out
+}
+
+func explainDestination(say func(string, ...any), xa *actionsv1alpha1.ExternalAction, dest *DestinationState, reason string) {
+	kind, name := xa.Spec.DestinationRef.Kind, xa.Spec.DestinationRef.Name
+	if kind == "" {
+		kind = "Destination"
+	}
+	ref := kind + " " + name
+	if kind == "Destination" {
+		ref += " in namespace " + xa.Namespace
+	}
+	say("Nothing is sent while its destination cannot be used.")
+	switch {
+	case reason == actionsv1alpha1.ReasonNamespaceNotAllowed:
+		say("The %s does not allow namespace %s (its namespaceSelector does not match the namespace's labels): ask its owner, or label the namespace.", ref, xa.Namespace)
+	case dest != nil && !dest.Found:
+		say("The %s does not exist. Create it, or, if spec.destinationRef is mistyped, delete this action and create it again with the right destinationRef.", ref)
+	case dest != nil && dest.Ready != nil && dest.Ready.Status != metav1.ConditionTrue:
+		say("The %s is not Ready (%s): %s.", ref, dest.Ready.Reason, strings.TrimSuffix(dest.Ready.Message, "."))
+		say("Fix it (kubectl describe %s %s); the action resumes by itself once it is Ready.", strings.ToLower(kind), name)
+	default:
+		say("Check the %s's Ready condition (kubectl describe %s %s); the action resumes by itself once it is usable.", ref, strings.ToLower(kind), name)
+	}
+}
+
+func explainRetention(say func(string, ...any), st *actionsv1alpha1.ExternalActionStatus, now time.Time) {
+	if st.ExpiresAt != nil {
+		say("The object is collected at %s (%s); a tombstone then keeps its key and outcome.", stamp(st.ExpiresAt.Time), until(now, st.ExpiresAt.Time))
+	}
+}
+
+func reasonText(r string) string {
+	if r == "" {
+		return ""
+	}
+	return " (reason: " + r + ")"
+}
+
+// stamp renders t as RFC 3339 in UTC, as kubectl prints times.
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// until renders t relative to now: "in 12s" or "3m ago".
+func until(now, t time.Time) string {
+	d := t.Sub(now).Round(time.Second)
+	if d >= 0 {
+		return "in " + d.String()
+	}
+	return (-d).String() + " ago"
+}
+
+// Why prints Explain for the named action, or, when the object is gone, what its tombstone still binds.
+func (p *Plugin) Why(ctx context.Context, name string) error {
+	xa := &actionsv1alpha1.ExternalAction{}
+	err := p.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: name}, xa)
+	if apierrors.IsNotFound(err) {
+		return p.whyGone(ctx, name)
+	}
+	if err != nil {
+		return fmt.Errorf("reading externalaction %s/%s: %w", p.Namespace, name, err)
+	}
+	var dest *DestinationState
+	if WaitsOnDestination(xa) {
+		if dest, err = p.destinationState(ctx, xa); err != nil {
+			return err
+		}
+	}
+	for _, l := range Explain(xa, dest, p.now()) {
+		_, _ = fmt.Fprintln(p.Out, l)
+	}
+	return nil
+}
+
+func (p *Plugin) whyGone(ctx context.Context, name string) error {
+	ts := &actionsv1alpha1.ActionTombstone{}
+	err := p.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: name}, ts)
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("externalaction %s/%s not found, and no tombstone holds its key: the name is free", p.Namespace, name)
+	}
+	if err != nil {
+		return fmt.Errorf("reading actiontombstone %s/%s: %w", p.Namespace, name, err)
+	}
+	_, _ = fmt.Fprintf(p.Out, "ExternalAction %s/%s is gone; its tombstone keeps the key %s bound until %s (%s).\n",
+		p.Namespace, name, ts.Spec.Key, stamp(ts.Spec.ExpiresAt.Time), until(p.now(), ts.Spec.ExpiresAt.Time))
+	code := ""
+	if ts.Spec.StatusCode != 0 {
+		code = fmt.Sprintf(", status %d", ts.Spec.StatusCode)
+	}
+	_, _ = fmt.Fprintf(p.Out, "It ended %s%s, with fingerprint %s.\n", ts.Spec.Phase, code, ts.Spec.Fingerprint)
+	_, _ = fmt.Fprintln(p.Out, "Re-creating it with the same spec replays that outcome without a send; a different spec ends Conflict. "+
+		"kubectl actionledger check -f FILE tells which.")
+	return nil
+}
+
+func (p *Plugin) destinationState(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (*DestinationState, error) {
+	ds := &DestinationState{Kind: xa.Spec.DestinationRef.Kind, Name: xa.Spec.DestinationRef.Name, Found: true}
+	var conds []metav1.Condition
+	var err error
+	if ds.Kind == "ClusterDestination" {
+		d := &actionsv1alpha1.ClusterDestination{}
+		err = p.Client.Get(ctx, client.ObjectKey{Name: ds.Name}, d)
+		conds = d.Status.Conditions
+	} else {
+		d := &actionsv1alpha1.Destination{}
+		err = p.Client.Get(ctx, client.ObjectKey{Namespace: xa.Namespace, Name: ds.Name}, d)
+		conds = d.Status.Conditions
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		ds.Found = false
+	case apierrors.IsForbidden(err):
+		_, _ = fmt.Fprintf(p.ErrOut, "warning: you may not read the %s %s: %v\n", ds.Kind, ds.Name, err)
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the destination %s: %w", ds.Name, err)
+	}
+	ds.Ready = meta.FindStatusCondition(conds, actionsv1alpha1.ConditionReady)
+	return ds, nil
+}
