@@ -48,7 +48,7 @@ type TombstoneIndex struct {
 
 	mu       sync.Mutex
 	gen      uint64                        // ExternalAction (re)lists completed
-	relist   bool                          // a watch-list (re)list is under way
+	relist   bool                          // a (re)list of the informer is under way (LIST or watch-list)
 	seen     string                        // the highest resourceVersion the handler has seen
 	advanced chan struct{}                 // closed and replaced whenever seen advances
 	deleted  map[types.NamespacedName]bool // deleted ExternalActions seen since the snapshot began
