@@ -32,6 +32,17 @@ for f in Chart.yaml values.yaml; do
   if [[ -f "${root}/dist/chart/${f}" ]]; then cp "${root}/dist/chart/${f}" "${tmp}/dist/chart/"; fi
 done
 (cd "${tmp}" && "${KUBEBUILDER}" edit --plugins=helm/v2-alpha --manifests=install.yaml --output-dir=dist)
+# The finalizer admission policy and its binding (config/admission) render only when
+# .Values.finalizerPolicy.enabled and the cluster serves admissionregistration.k8s.io/v1
+# MutatingAdmissionPolicy (Kubernetes 1.36+), so the chart still installs on older clusters, where the
+# manager adds the finalizer itself. The plugin cannot express the condition: it is added here.
+cond='{{- if and .Values.finalizerPolicy.enabled (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") }}'
+for f in externalaction-finalizer.yaml externalaction-finalizer-binding.yaml; do
+  f="${tmp}/dist/chart/templates/extras/${f}"
+  [[ -f "${f}" ]] || { echo "helm-chart.sh: the plugin did not produce ${f#"${tmp}"/} (did config/admission change?)" >&2; exit 1; }
+  { echo "${cond}"; cat "${f}"; echo '{{- end }}'; } >"${f}.tmp"
+  mv "${f}.tmp" "${f}"
+done
 if [[ -d "${root}/dist/chart/templates/hand-kept" ]]; then
   cp -R "${root}/dist/chart/templates/hand-kept" "${tmp}/dist/chart/templates/hand-kept"
 fi

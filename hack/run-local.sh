@@ -285,6 +285,10 @@ wait_until "namespace default" "${pids[1]}" "${kubectl}" get namespace default
 log "installing the CRDs (config/crd/bases)"
 "${kubectl}" apply -f config/crd/bases >/dev/null
 "${kubectl}" wait --for=condition=Established --timeout="${timeout}s" -f config/crd/bases >/dev/null
+# The finalizer at admission, as config/default ships it (the local 1.37 API server serves
+# MutatingAdmissionPolicy; docs/retention.md#deletion).
+log "installing the finalizer admission policy (config/admission)"
+"${kubectl}" apply -f config/admission/finalizer_policy.yaml >/dev/null
 
 start demo-destination "${bindir}/demo-destination" --listen "${dest_addr}" --dedup
 start actionledger "${bindir}/actionledger" \

@@ -15,6 +15,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -114,6 +115,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		grace = dispatch.DefaultShutdownGrace
 	}
 	shutdownTimeout := grace + ShutdownRecordTime
+	// The tombstone index learns of every (re)list of the ExternalAction informer through its ListerWatcher.
+	tombstones := controller.NewTombstoneIndex(nil)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme,
 		GracefulShutdownTimeout:       &shutdownTimeout,
@@ -126,6 +129,18 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Cache: cache.Options{
 			// Keep managedFields out of the cache: they are most of an object's size and never read.
 			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				// Finished actions are cached without their history and response body (they are most of the
+				// cache at scale); the reconciler's client refuses to write from such a copy (GuardTrimmed).
+				&actionsv1alpha1.ExternalAction{}: {Transform: controller.TrimFinished},
+			},
+			NewInformer: func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration,
+				idx toolscache.Indexers) toolscache.SharedIndexInformer {
+				if _, ok := obj.(*actionsv1alpha1.ExternalAction); ok {
+					lw = tombstones.RelistHook(lw)
+				}
+				return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)
+			},
 		},
 		Client: client.Options{Cache: &client.CacheOptions{}},
 	})
@@ -155,8 +170,16 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if holder == "" {
 		holder = NewHolder()
 	}
+	tombstones.Reader = mgr.GetAPIReader()
+	xaInformer, err := mgr.GetCache().GetInformer(context.Background(), &actionsv1alpha1.ExternalAction{})
+	if err != nil {
+		return nil, fmt.Errorf("getting the ExternalAction informer: %w", err)
+	}
+	if _, err := xaInformer.AddEventHandler(tombstones.Handler()); err != nil {
+		return nil, fmt.Errorf("adding the tombstone index's event handler: %w", err)
+	}
 	if err := (&controller.ExternalActionReconciler{
-		Client:                    mgr.GetClient(),
+		Client:                    controller.GuardTrimmed(mgr.GetClient()),
 		APIReader:                 mgr.GetAPIReader(),
 		Scheme:                    mgr.GetScheme(),
 		Recorder:                  mgr.GetEventRecorder("actionledger"),
@@ -172,6 +195,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		ShutdownGrace:             grace,
 		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
 		SkipNameValidation:        o.SkipNameValidation,
+		Tombstones:                tombstones,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the ExternalAction controller: %w", err)
 	}

@@ -92,6 +92,8 @@ type ExternalActionReconciler struct {
 	// Dispatcher runs claimed sends outside the reconcile workers (DESIGN rule 10). SetupWithManager creates
 	// it; without one (a reconciler driven directly by a test) each send runs inline in its reconcile.
 	Dispatcher *dispatch.Dispatcher[*pendingOutcome]
+	// Tombstones proves a new key has no tombstone without a read (nil: always read live; see checkTombstone).
+	Tombstones *TombstoneIndex
 
 	// pending holds outcomes not yet written (DESIGN rule 2): handed back by the dispatcher, or kept after a
 	// failed write. Recorded before anything else is decided, never re-sent.

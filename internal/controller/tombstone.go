@@ -19,10 +19,22 @@ import (
 	"github.com/actionledger/actionledger/internal/metrics"
 )
 
-// checkTombstone looks up the key's tombstone with a live read (never the cache: a tombstone written a moment
-// ago by the previous object's finalizer must be seen). done=true means step decides the action.
+// checkTombstone looks up the key's tombstone. r.Tombstones answers "absent" without a read when it can prove
+// it (TombstoneIndex); otherwise the tombstone is read live (never from the informer cache: a tombstone written a
+// moment ago by the previous object's finalizer must be seen). done=true means step decides the action.
 func (r *ExternalActionReconciler) checkTombstone(ctx context.Context, xa *actionsv1alpha1.ExternalAction, key, fp string,
 	env ledger.Env) (ledger.Step, bool, error) {
+	if r.Tombstones != nil {
+		absent, err := r.Tombstones.Absent(ctx, xa)
+		if err != nil {
+			log.FromContext(ctx).V(1).Info("tombstone index unavailable; reading the tombstone live", "err", err.Error())
+		}
+		if absent {
+			metrics.TombstoneLookups.WithLabelValues("index").Inc()
+			return ledger.Step{}, false, nil
+		}
+	}
+	metrics.TombstoneLookups.WithLabelValues("live").Inc()
 	ts := &actionsv1alpha1.ActionTombstone{}
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(xa), ts)
 	if apierrors.IsNotFound(err) {

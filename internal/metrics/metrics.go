@@ -32,6 +32,13 @@ var (
 		Help: "Recorded outcomes returned without a send (tombstone replays).",
 	})
 
+	// TombstoneLookups counts first-sight tombstone lookups by how they were answered: "index" (proven absent
+	// without a read, controller.TombstoneIndex) or "live" (a GET from the API server).
+	TombstoneLookups = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "actionledger_tombstone_lookups_total",
+		Help: "First-sight tombstone lookups, by source: index (proven absent without a read) or live (a GET).",
+	}, []string{"source"})
+
 	// FingerprintConflicts counts keys refused because they are bound to another fingerprint.
 	FingerprintConflicts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "actionledger_fingerprint_conflicts_total",
@@ -86,7 +93,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(Attempts, Retries, Replays, FingerprintConflicts, OutcomeUnknown,
+	ctrlmetrics.Registry.MustRegister(Attempts, Retries, Replays, TombstoneLookups, FingerprintConflicts, OutcomeUnknown,
 		Exhausted, ManualResolutions, ReconciliationDuration, ActionDuration, Delayed, AttemptDuration)
 }
 

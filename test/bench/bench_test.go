@@ -160,6 +160,12 @@ func newEnv(t *testing.T) *envtestutil.Env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Env.Stop() })
+	if os.Getenv("BENCH_FINALIZER_POLICY") != "0" {
+		// What config/default ships: the finalizer is added at admission, not by a write of the manager. (The raw
+		// baseline's objects get it too; in quick mode, where they stay on the same control plane, the next
+		// manager finalizes them after rawWriteRate deletes them.)
+		e.InstallFinalizerPolicy(t, e.Namespace(t))
+	}
 	return e
 }
 

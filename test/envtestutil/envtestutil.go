@@ -6,13 +6,17 @@ package envtestutil
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,6 +26,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -356,4 +363,102 @@ func (e *Env) Kubeconfig(t testing.TB) string {
 		t.Fatalf("writing kubeconfig: %v", err)
 	}
 	return path
+}
+
+// RequestCount is the API server's apiserver_request_total summed over response codes for one resource, verb
+// (GET, LIST, POST, PUT, PATCH, APPLY, DELETE) and subresource ("" for the object itself), read from /metrics.
+// It counts every client of this control plane: take a difference around what is measured.
+func (e *Env) RequestCount(t testing.TB, resource, verb, subresource string) float64 {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		t.Fatalf("clientset: %v", err)
+	}
+	body, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("reading API server metrics: %v", err)
+	}
+	want := map[string]string{"resource": resource, "verb": verb, "subresource": subresource}
+	var sum float64
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		labels, value, _ := strings.Cut(line[len("apiserver_request_total{"):], "} ")
+		match := true
+		for k, v := range want {
+			if !strings.Contains(","+labels, ","+k+`="`+v+`"`) {
+				match = false
+				break
+			}
+		}
+		if match {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			sum += f
+		}
+	}
+	return sum
+}
+
+// FinalizerPolicyFile is the shipped MutatingAdmissionPolicy (and its binding) that adds the ledger finalizer
+// on create.
+const FinalizerPolicyFile = "config/admission/finalizer_policy.yaml"
+
+// InstallFinalizerPolicy creates the objects of FinalizerPolicyFile as shipped and waits until the API server
+// applies the policy (a dry-run create of an ExternalAction in ns comes back with the finalizer); the returned
+// remove deletes them again and waits until creates are no longer mutated. Both also run at the test's end.
+func (e *Env) InstallFinalizerPolicy(t testing.TB, ns string) (remove func()) {
+	t.Helper()
+	ctx := context.Background()
+	f, err := os.Open(filepath.Join(RepoRoot(), FinalizerPolicyFile))
+	if err != nil {
+		t.Fatalf("opening %s: %v", FinalizerPolicyFile, err)
+	}
+	defer func() { _ = f.Close() }()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("decoding %s: %v", FinalizerPolicyFile, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := e.Client.Create(ctx, u); err != nil {
+			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+		objs = append(objs, u)
+	}
+	var lastErr error
+	mutated := func() bool {
+		probe := Action(ns, "policy-probe", "none", "/", "")
+		// Just after envtest installed the CRDs, a dry-run create can still be refused ("Resource kind ... not
+		// found"): wait that out too.
+		if lastErr = e.Client.Create(ctx, probe, client.DryRunAll); lastErr != nil {
+			return false
+		}
+		return slices.Contains(probe.Finalizers, actionsv1alpha1.Finalizer)
+	}
+	Eventually(t, 30*time.Second, func() string {
+		return fmt.Sprintf("the finalizer policy to apply to creates (last error %v)", lastErr)
+	}, mutated)
+	var once atomic.Bool
+	remove = func() {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		for _, u := range objs {
+			if err := e.Client.Delete(ctx, u); client.IgnoreNotFound(err) != nil {
+				t.Errorf("deleting %s %s: %v", u.GetKind(), u.GetName(), err)
+			}
+		}
+		Eventually(t, 30*time.Second, Say("creates to be no longer mutated by the finalizer policy"),
+			func() bool { return !mutated() })
+	}
+	t.Cleanup(remove)
+	return remove
 }

@@ -28,6 +28,9 @@ import (
 const (
 	chartDir    = "dist/chart"
 	releaseName = "actionledger"
+	// servesMAP is what a Kubernetes 1.36+ cluster adds to helm's capabilities; the chart renders the finalizer
+	// admission policy only with it (hack/helm-chart.sh).
+	servesMAP = "--api-versions=admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 )
 
 var (
@@ -123,12 +126,12 @@ func dryRunApply(t *testing.T, objs []*unstructured.Unstructured) {
 // real API server (server-side apply, dry run). A second render with every optional part the API server can
 // check (admin/editor/viewer roles, NetworkPolicy, namespaced RBAC) is dry-run applied too.
 func TestHelmChartRendersAndDryRunApplies(t *testing.T) {
-	objs := helmTemplate(t)
+	objs := helmTemplate(t, servesMAP)
 
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kinds[o.GetKind()]++
-		namespaced := o.GetKind() != "CustomResourceDefinition" && !strings.HasPrefix(o.GetKind(), "Cluster")
+		namespaced := !clusterScoped(o.GetKind())
 		if namespaced && o.GetNamespace() != installNamespace {
 			t.Errorf("%s is not in the release namespace %s", key(o), installNamespace)
 		}
@@ -241,7 +244,7 @@ func checkCRDsMatchConfig(t *testing.T, objs []*unstructured.Unstructured) {
 // adds nothing else by default (the optional parts are off).
 func TestHelmChartMatchesKustomize(t *testing.T) {
 	kust := render(t, "config/default")
-	chart := helmTemplate(t, "--set", "rbac.helpers.enabled=true")
+	chart := helmTemplate(t, "--set", "rbac.helpers.enabled=true", servesMAP)
 	byKey := map[string]*unstructured.Unstructured{}
 	for _, o := range chart {
 		byKey[key(o)] = o
@@ -263,6 +266,11 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 				t.Errorf("%s: the chart's rules differ from config/default's: run 'make helm-chart'\nchart: %v\nconfig: %v",
 					key(k), c.Object["rules"], k.Object["rules"])
 			}
+		case "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
+			ks, cs := k.Object["spec"], c.Object["spec"]
+			if !equality.Semantic.DeepEqual(ks, cs) {
+				t.Errorf("%s: the chart's spec differs from config/default's: run 'make helm-chart'\nchart: %v\nconfig: %v", key(k), cs, ks)
+			}
 		case "RoleBinding", "ClusterRoleBinding":
 			if !equality.Semantic.DeepEqual(k.Object["roleRef"], c.Object["roleRef"]) || !equality.Semantic.DeepEqual(k.Object["subjects"], c.Object["subjects"]) {
 				t.Errorf("%s: the chart binds %v to %v, config/default binds %v to %v", key(k),
@@ -274,6 +282,30 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 		if !seen[key(c)] {
 			t.Errorf("%s is rendered by the chart but not by config/default", key(c))
 		}
+	}
+}
+
+// The chart leaves the finalizer admission policy out on a cluster that does not serve it (before Kubernetes
+// 1.36: the install would fail on the unknown kind) and when finalizerPolicy.enabled is false; the manager then
+// adds the finalizer itself.
+func TestHelmChartFinalizerPolicyIsOptional(t *testing.T) {
+	count := func(objs []*unstructured.Unstructured) int {
+		n := 0
+		for _, o := range objs {
+			if strings.HasPrefix(o.GetKind(), "MutatingAdmissionPolicy") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(helmTemplate(t, servesMAP)); n != 2 {
+		t.Errorf("a cluster serving MutatingAdmissionPolicy gets %d policy objects, want the policy and its binding", n)
+	}
+	if n := count(helmTemplate(t)); n != 0 {
+		t.Errorf("a cluster without MutatingAdmissionPolicy gets %d policy objects, want 0", n)
+	}
+	if n := count(helmTemplate(t, servesMAP, "--set", "finalizerPolicy.enabled=false")); n != 0 {
+		t.Errorf("finalizerPolicy.enabled=false renders %d policy objects, want 0", n)
 	}
 }
 

@@ -34,6 +34,13 @@ const (
 	managerSA        = "actionledger-controller-manager"
 )
 
+// clusterScoped reports whether the rendered kind is cluster-scoped (Namespace, CRDs, ClusterRoles and their
+// bindings, the admission policy that adds the finalizer and its binding).
+func clusterScoped(kind string) bool {
+	return kind == "Namespace" || kind == "CustomResourceDefinition" || strings.HasPrefix(kind, "Cluster") ||
+		strings.HasPrefix(kind, "MutatingAdmissionPolicy")
+}
+
 // render runs bin/kustomize (make kustomize installs it) on dir and decodes the objects.
 func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
@@ -83,8 +90,7 @@ func TestDefaultRendersAndDryRunApplies(t *testing.T) {
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kinds[o.GetKind()]++
-		if o.GetKind() != "Namespace" && o.GetKind() != "CustomResourceDefinition" && !strings.HasPrefix(o.GetKind(), "Cluster") &&
-			o.GetNamespace() != installNamespace {
+		if !clusterScoped(o.GetKind()) && o.GetNamespace() != installNamespace {
 			t.Errorf("%s %s is in namespace %q, want %s", o.GetKind(), o.GetName(), o.GetNamespace(), installNamespace)
 		}
 	}
