@@ -221,8 +221,8 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 	return rd, nil
 }
 
-// errDestinationNotReady marks a destination whose validator found it unusable (Ready=False for its current
-// generation); destinationNotReady carries the validator's reason.
+// errDestinationNotReady marks a destination whose validator found it unusable (notReady);
+// destinationNotReady carries the validator's reason.
 var errDestinationNotReady = errors.New("destination not ready")
 
 type destinationNotReady struct {
@@ -235,12 +235,18 @@ func (e *destinationNotReady) Error() string {
 
 func (e *destinationNotReady) Unwrap() error { return errDestinationNotReady }
 
-// notReady returns a *destinationNotReady when the destination's validator reports it Ready=False for its
-// current generation. No Ready condition yet, or one for an older generation, is not judged here: the send
-// validates again and the executor checks every dial.
+// notReady returns a *destinationNotReady when the destination's validator found, for its current generation,
+// that the egress policy refuses its address (Ready=False, reason EgressDenied): then no attempt could leave,
+// and the verdict changes only with the destination's spec, the manager's flags or (for a host name) the
+// validator's periodic re-resolution, each of which updates the Destination and so wakes its actions.
+// Other Ready=False reasons are not taken from the validator: a missing Secret may be created after the
+// destination (GitOps applies in any order) and the validator does not watch Secrets, so the action checks
+// those itself right before a send (loadCredentials). No Ready condition yet is not judged either: the
+// executor checks every dial.
 func (rd *resolvedDestination) notReady() error {
 	c := rd.ready
-	if c == nil || c.Status != metav1.ConditionFalse || c.ObservedGeneration != rd.generation {
+	if c == nil || c.Status != metav1.ConditionFalse || c.ObservedGeneration != rd.generation ||
+		c.Reason != actionsv1alpha1.ReasonEgressDenied {
 		return nil
 	}
 	return &destinationNotReady{id: rd.ID, reason: c.Reason, message: c.Message}
