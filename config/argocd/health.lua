@@ -1,6 +1,8 @@
 -- Argo CD health check for actions.actionledger.dev/ExternalAction (docs/gitops.md).
 --   Succeeded                       -> Healthy
 --   Pending, InProgress (retrying)  -> Progressing
+--   Pending, InProgress with Stalled=True (the destination is missing or unusable) -> Degraded; it resumes
+--                                      by itself once the destination is fixed
 --   Failed, Exhausted, Conflict     -> Degraded
 --   OutcomeUnknown                  -> Degraded: a send may have been applied and only a person can decide
 --                                      (annotation actions.actionledger.dev/resolve); Degraded, not Suspended,
@@ -55,8 +57,14 @@ if phase == "Succeeded" then
   hs.status = "Healthy"
   hs.message = "Succeeded" .. code
 elseif phase == "Pending" or phase == "InProgress" then
-  hs.status = "Progressing"
-  hs.message = phase .. ": " .. message("attempt " .. tostring(obj.status.attempts or 0))
+  local stalled = condition("Stalled")
+  if stalled ~= nil and stalled.status == "True" then
+    hs.status = "Degraded"
+    hs.message = phase .. " (stalled, " .. tostring(stalled.reason) .. "): " .. (stalled.message or "")
+  else
+    hs.status = "Progressing"
+    hs.message = phase .. ": " .. message("attempt " .. tostring(obj.status.attempts or 0))
+  end
 elseif phase == "OutcomeUnknown" then
   hs.status = "Degraded"
   hs.message = "OutcomeUnknown: the destination may have applied the request; decide with the annotation " ..

@@ -107,3 +107,50 @@ func TestFinishedActionObservesNewGenerations(t *testing.T) {
 		}
 	}
 }
+
+// readXA reads the action as the GitOps tools see it.
+func readXA(t *testing.T, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(xaGVK)
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// An action whose destinationRef names no Destination is Stalled: kstatus Failed, Argo CD Degraded with the
+// reason, `kubectl wait --for=condition=Stalled` returns; creating the Destination makes it Current/Healthy.
+func TestStalledDestinationReadsFailedThenSettles(t *testing.T) {
+	ns := env.Namespace(t)
+	_, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.StartManager(t, app.Options{Holder: "stalled"})
+	env.Create(t, envtestutil.Action(ns, "invoice-9", "paymnts", "/charges", `{"amount":9}`))
+	env.WaitFor(t, ns, "invoice-9", 20*time.Second, "Stalled", func(xa *actionsv1alpha1.ExternalAction) bool {
+		return meta.IsStatusConditionTrue(xa.Status.Conditions, actionsv1alpha1.ConditionStalled)
+	})
+	u := readXA(t, ns, "invoice-9")
+	if res, err := status.Compute(u); err != nil || res.Status != status.FailedStatus {
+		t.Errorf("stalled: kstatus %v (err %v), want Failed", res, err)
+	}
+	if got, msg := argoHealth(t, healthScript(t), u.Object); got != "Degraded" || !strings.Contains(msg, actionsv1alpha1.ReasonDestinationNotReady) ||
+		!strings.Contains(msg, "paymnts") {
+		t.Errorf("stalled: Argo CD health %s (%q), want Degraded naming the reason and the destination", got, msg)
+	}
+	kubectl := filepath.Join(envtestutil.AssetsDir(), "kubectl")
+	cmd := exec.CommandContext(t.Context(), kubectl, "wait", "--for=condition=Stalled", "xa/invoice-9", "-n", ns, "--timeout=10s", //nolint:gosec // envtest's kubectl
+		"--kubeconfig", env.Kubeconfig(t))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("kubectl wait --for=condition=Stalled: %v: %s", err, out)
+	}
+
+	env.CreateDestination(t, ns, "paymnts", url, nil)
+	env.WaitPhase(t, ns, "invoice-9", actionsv1alpha1.PhaseSucceeded, 10*time.Second)
+	u = readXA(t, ns, "invoice-9")
+	if res, err := status.Compute(u); err != nil || res.Status != status.CurrentStatus {
+		t.Errorf("fixed: kstatus %v (err %v), want Current", res, err)
+	}
+	if got, msg := argoHealth(t, healthScript(t), u.Object); got != "Healthy" {
+		t.Errorf("fixed: Argo CD health %s (%q), want Healthy", got, msg)
+	}
+}
