@@ -23,6 +23,9 @@ const (
 	// ConditionReconciling is True while the action is Pending or InProgress.
 	ConditionReconciling = "Reconciling"
 	// ConditionStalled is True in Failed, Exhausted, OutcomeUnknown and Conflict: nothing more happens without a person.
+	// It is also True, with Reconciling False, on a Pending or InProgress action whose destination is missing or
+	// unusable (reasons DestinationNotReady, NamespaceNotAllowed, EgressDenied, ...): the action resumes by itself
+	// once the destination is fixed.
 	ConditionStalled = "Stalled"
 )
 
