@@ -262,3 +262,37 @@ func TestTombstoneReplayKeepsResponse(t *testing.T) {
 		t.Errorf("the destination saw %d requests, want 1 (the replay sends nothing)", n)
 	}
 }
+
+// A Destination whose bearer-token Secret does not exist yet (GitOps applies in any order) stalls its actions
+// with DestinationNotReady, without a write per recheck; once the Secret exists the action resumes by itself
+// on the next recheck (Secrets are not watched) and is sent once, with the token.
+func TestMissingSecretStallsWithoutRewritesThenResumes(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	srv, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.CreateDestination(t, ns, "pay", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.Auth = &actionsv1alpha1.AuthConfig{BearerToken: &actionsv1alpha1.SecretKeySelector{Name: "pay-token", Key: "token"}}
+	})
+	env.StartManager(t, app.Options{Holder: "secret"})
+	env.Create(t, envtestutil.Action(ns, "invoice-3", "pay", "/charges", `{"amount":3}`))
+	xa := env.WaitFor(t, ns, "invoice-3", 20*time.Second, "stalled on DestinationNotReady", func(xa *actionsv1alpha1.ExternalAction) bool {
+		return xa.Status.Fingerprint != "" && stalledOn(xa, actionsv1alpha1.ReasonDestinationNotReady)
+	})
+	if !strings.Contains(xa.Status.LastError, "pay-token") {
+		t.Errorf("lastError %q does not name the Secret", xa.Status.LastError)
+	}
+	rv := xa.ResourceVersion
+	// Longer than the 15 s recheck: the stall is looked at again, and nothing is rewritten.
+	envtestutil.Consistently(t, 17*time.Second, envtestutil.Say("the stalled action not to be rewritten"), func() bool {
+		return env.Get(t, ns, "invoice-3").ResourceVersion == rv
+	})
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pay-token"},
+		StringData: map[string]string{"token": "tok-0123456789abcdef0123456789abcdef"}}
+	if err := env.Client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	xa = env.WaitPhase(t, ns, "invoice-3", actionsv1alpha1.PhaseSucceeded, 25*time.Second)
+	if n := srv.Requests(ns + "/invoice-3"); n != 1 || xa.Status.LastError != "" {
+		t.Errorf("requests %d, lastError %q; want 1 and none", n, xa.Status.LastError)
+	}
+}

@@ -185,6 +185,11 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 	if err != nil {
 		return r.waitOnDestination(ctx, xa, err, env)
 	}
+	// A destination usable again ends a stall (ledger.Blocked): the next status written carries it (unstall).
+	// xa.Status itself stays as stored, so that a send refused again (loadCredentials) finds the same stall and
+	// writes nothing.
+	unblocked := ledger.Unblock(&xa.Status, env)
+	staleErr := xa.Status.LastError
 	// The destination's retention applies to an action failed for an invalid spec too (else it is collected at once).
 	env = r.envFor(xa, dest, dest.Policy, dest.DeadlineDur, now)
 	policy, deadlineDur, body, err := r.checkSpec(xa, dest)
@@ -200,20 +205,12 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 			if err != nil {
 				return ctrl.Result{}, err
 			}
-			return r.apply(ctx, xa, step, dest.ID)
+			return r.apply(ctx, xa, unstall(step, unblocked, staleErr), dest.ID)
 		}
 		xa.Status = *ledger.Begin(&xa.Status, key, fp, env)
 	}
 
-	// A destination usable again ends a stall (ledger.Blocked), written with whatever is decided next.
-	unblocked := ledger.Unblock(&xa.Status, env)
-	if unblocked != nil {
-		xa.Status = *unblocked
-	}
-	step := ledger.Advance(&xa.Status, env)
-	if step.Status == nil && unblocked != nil {
-		step.Status = unblocked
-	}
+	step := unstall(ledger.Advance(&xa.Status, env), unblocked, staleErr)
 	switch step.Kind {
 	case ledger.KindSend:
 		// DESIGN rule 11: the path never leaves the destination's base path (the base was checked on resolving).

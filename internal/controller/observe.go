@@ -91,3 +91,20 @@ func logPhaseChange(ctx context.Context, xa *actionsv1alpha1.ExternalAction, pre
 	log.FromContext(ctx).Info("phase changed", "externalaction", klog.KObj(xa), "from", string(prev), "to", string(xa.Status.Phase),
 		"reason", reason, "attempts", xa.Status.Attempts, "destination", destID)
 }
+
+// unstall makes step end a stall on the destination when unblocked (ledger.Unblock of the stored status) is
+// not nil: a step that writes nothing writes unblocked (a claim step always writes), and a written status
+// drops the stall's message from lastError (staleErr), which ledger.Blocked put there.
+func unstall(step ledger.Step, unblocked *actionsv1alpha1.ExternalActionStatus, staleErr string) ledger.Step {
+	if unblocked == nil {
+		return step
+	}
+	if step.Status == nil {
+		step.Status = unblocked.DeepCopy()
+		return step
+	}
+	if staleErr != "" && step.Status.LastError == staleErr {
+		step.Status.LastError = ""
+	}
+	return step
+}
