@@ -268,6 +268,9 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 	if attempt > 1 {
 		metrics.Retries.WithLabelValues(dest.ID).Inc()
 	}
+	if claimed.Status.Phase != xa.Status.Phase {
+		logPhaseChange(ctx, claimed, xa.Status.Phase, dest.ID)
+	}
 	logger.V(1).Info("claimed; dispatching", "attempt", attempt, "destination", dest.ID)
 	return r.dispatchSend(ctx, claimed, r.sendJob(claimed, dest, target, body, env))
 }
