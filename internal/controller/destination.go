@@ -62,8 +62,7 @@ var errInsecureSkipVerifyNotAllowed = errors.New("insecureSkipVerify not allowed
 
 // destinationReason maps a destination error to its condition reason (api/v1alpha1/conditions.go), or fallback.
 func destinationReason(err error, fallback string) string {
-	var nr *destinationNotReady
-	if errors.As(err, &nr) {
+	if nr, ok := errors.AsType[*destinationNotReady](err); ok {
 		switch nr.reason {
 		case actionsv1alpha1.ReasonSecretNotAllowed, actionsv1alpha1.ReasonNamespaceNotAllowed, actionsv1alpha1.ReasonEgressDenied,
 			actionsv1alpha1.ReasonInsecureSkipVerifyNotAllowed, actionsv1alpha1.ReasonPathOutsideBase:
