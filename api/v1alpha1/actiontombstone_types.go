@@ -34,6 +34,9 @@ type ActionTombstoneSpec struct {
 	// statusCode is the recorded response code, if any.
 	// +optional
 	StatusCode int32 `json:"statusCode,omitempty"`
+	// response is the recorded response as status.response held it when the object went: status code, the kept headers and the body, already redacted and capped at 4096 bytes (bodyTruncated and bodySHA256 say whether it is whole). A re-created action with the same key and fingerprint gets it back in its status.response, and the gateway answers a repeat with it. Absent for an action that went without a response.
+	// +optional
+	Response *ResponseRecord `json:"response,omitempty"`
 	// completedAt is when the action finished, if it did.
 	// +optional
 	CompletedAt *metav1.Time `json:"completedAt,omitempty"`

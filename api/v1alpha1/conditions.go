@@ -22,8 +22,11 @@ const (
 	ConditionReady = "Ready"
 	// ConditionReconciling is True while the action is Pending or InProgress.
 	ConditionReconciling = "Reconciling"
-	// ConditionStalled is True in Failed, Exhausted, OutcomeUnknown and Conflict, and for a Pending action that waits
-	// (reason SubjectOutcomeUnknown) behind an OutcomeUnknown holder of its subject: nothing more happens without a person.
+	// ConditionStalled is True in Failed, Exhausted, OutcomeUnknown and Conflict: nothing more happens without a person.
+	// It is also True, with Reconciling False, on a Pending or InProgress action whose destination is missing or
+	// unusable (reasons DestinationNotReady, NamespaceNotAllowed, EgressDenied, ...): the action resumes by itself
+	// once the destination is fixed; and on a Pending action that waits (reason SubjectOutcomeUnknown) behind an
+	// OutcomeUnknown holder of its subject, until a person decides that holder.
 	ConditionStalled = "Stalled"
 )
 

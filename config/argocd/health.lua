@@ -1,7 +1,9 @@
 -- Argo CD health check for actions.actionledger.dev/ExternalAction (docs/gitops.md).
 --   Succeeded                       -> Healthy
 --   Pending, InProgress (retrying)  -> Progressing
---   Pending behind an OutcomeUnknown holder of its spec.subject (Stalled True) -> Degraded
+--   Pending, InProgress with Stalled=True (the destination is missing or unusable) -> Degraded; it resumes
+--                                      by itself once the destination is fixed
+--                                      (also behind an OutcomeUnknown holder of its spec.subject)
 --   Failed, Exhausted, Conflict     -> Degraded
 --   OutcomeUnknown                  -> Degraded: a send may have been applied and only a person can decide
 --                                      (annotation actions.actionledger.dev/resolve); Degraded, not Suspended,
@@ -55,14 +57,15 @@ end
 if phase == "Succeeded" then
   hs.status = "Healthy"
   hs.message = "Succeeded" .. code
-elseif (phase == "Pending" or phase == "InProgress") and condition("Stalled") ~= nil and condition("Stalled").status == "True" then
-  -- Waiting behind an OutcomeUnknown action on the same spec.subject (reason SubjectOutcomeUnknown): only a
-  -- person can unblock it, by deciding that action.
-  hs.status = "Degraded"
-  hs.message = phase .. ": " .. message("waiting for a decision on the holder of its subject")
 elseif phase == "Pending" or phase == "InProgress" then
-  hs.status = "Progressing"
-  hs.message = phase .. ": " .. message("attempt " .. tostring(obj.status.attempts or 0))
+  local stalled = condition("Stalled")
+  if stalled ~= nil and stalled.status == "True" then
+    hs.status = "Degraded"
+    hs.message = phase .. " (stalled, " .. tostring(stalled.reason) .. "): " .. (stalled.message or "")
+  else
+    hs.status = "Progressing"
+    hs.message = phase .. ": " .. message("attempt " .. tostring(obj.status.attempts or 0))
+  end
 elseif phase == "OutcomeUnknown" then
   hs.status = "Degraded"
   hs.message = "OutcomeUnknown: the destination may have applied the request; decide with the annotation " ..

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -61,6 +62,14 @@ var errInsecureSkipVerifyNotAllowed = errors.New("insecureSkipVerify not allowed
 
 // destinationReason maps a destination error to its condition reason (api/v1alpha1/conditions.go), or fallback.
 func destinationReason(err error, fallback string) string {
+	if nr, ok := errors.AsType[*destinationNotReady](err); ok {
+		switch nr.reason {
+		case actionsv1alpha1.ReasonSecretNotAllowed, actionsv1alpha1.ReasonNamespaceNotAllowed, actionsv1alpha1.ReasonEgressDenied,
+			actionsv1alpha1.ReasonInsecureSkipVerifyNotAllowed, actionsv1alpha1.ReasonPathOutsideBase:
+			return nr.reason
+		}
+		return actionsv1alpha1.ReasonDestinationNotReady
+	}
 	switch {
 	case errors.Is(err, errSecretNotAllowed):
 		return actionsv1alpha1.ReasonSecretNotAllowed
@@ -141,6 +150,10 @@ type resolvedDestination struct {
 	TombstoneTTL time.Duration
 	// secretNS is the only namespace whose Secrets loadCredentials may read.
 	secretNS string
+	// ready is the destination's Ready condition as its validator wrote it (nil before the first validation),
+	// and generation its metadata.generation.
+	ready      *metav1.Condition
+	generation int64
 }
 
 // resolveDestination reads the action's Destination or ClusterDestination and defaults its policy. It
@@ -149,6 +162,8 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 	ref := xa.Spec.DestinationRef
 	var spec *actionsv1alpha1.DestinationSpec
 	var id, secretNS string
+	var ready *metav1.Condition
+	var generation int64
 	switch ref.Kind {
 	case kindClusterDestination:
 		cd := &actionsv1alpha1.ClusterDestination{}
@@ -162,6 +177,7 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 			return nil, err
 		}
 		spec, id, secretNS = &cd.Spec.DestinationSpec, "ClusterDestination/"+ref.Name, r.ControllerNamespace
+		ready, generation = meta.FindStatusCondition(cd.Status.Conditions, actionsv1alpha1.ConditionReady), cd.Generation
 	default:
 		d := &actionsv1alpha1.Destination{}
 		if err := r.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: ref.Name}, d); err != nil {
@@ -171,6 +187,7 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 			return nil, fmt.Errorf("reading Destination %s/%s: %w", xa.Namespace, ref.Name, err)
 		}
 		spec, id, secretNS = &d.Spec, "Destination/"+xa.Namespace+"/"+ref.Name, xa.Namespace
+		ready, generation = meta.FindStatusCondition(d.Status.Conditions, actionsv1alpha1.ConditionReady), d.Generation
 	}
 	if err := checkDestinationSpec(spec, id, ref.Kind != kindClusterDestination, r.InsecureSkipVerifyAllowed); err != nil {
 		return nil, err
@@ -199,8 +216,39 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 			rd.TombstoneTTL = ret.TombstoneTTL.Duration
 		}
 	}
-	rd.secretNS = secretNS
+	rd.secretNS, rd.ready, rd.generation = secretNS, ready, generation
 	return rd, nil
+}
+
+// errDestinationNotReady marks a destination whose validator found it unusable (notReady);
+// destinationNotReady carries the validator's reason.
+var errDestinationNotReady = errors.New("destination not ready")
+
+type destinationNotReady struct {
+	id, reason, message string
+}
+
+func (e *destinationNotReady) Error() string {
+	return fmt.Sprintf("%s is not Ready (%s): %s; nothing is sent until it is fixed", e.id, e.reason, e.message)
+}
+
+func (e *destinationNotReady) Unwrap() error { return errDestinationNotReady }
+
+// notReady returns a *destinationNotReady when the destination's validator found, for its current generation,
+// that the egress policy refuses its address (Ready=False, reason EgressDenied): then no attempt could leave,
+// and the verdict changes only with the destination's spec, the manager's flags or (for a host name) the
+// validator's periodic re-resolution, each of which updates the Destination and so wakes its actions.
+// Other Ready=False reasons are not taken from the validator: a missing Secret may be created after the
+// destination (GitOps applies in any order) and the validator does not watch Secrets, so the action checks
+// those itself right before a send (loadCredentials). No Ready condition yet is not judged either: the
+// executor checks every dial.
+func (rd *resolvedDestination) notReady() error {
+	c := rd.ready
+	if c == nil || c.Status != metav1.ConditionFalse || c.ObservedGeneration != rd.generation ||
+		c.Reason != actionsv1alpha1.ReasonEgressDenied {
+		return nil
+	}
+	return &destinationNotReady{id: rd.ID, reason: c.Reason, message: c.Message}
 }
 
 // loadCredentials reads the Secrets that rd names (auth headers and TLS material) into rd. It is called

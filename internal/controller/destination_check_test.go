@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/httpexec"
 )
@@ -46,14 +48,39 @@ func TestCheckDestinationSpec(t *testing.T) {
 
 func TestDestinationReasonMapsWrappedErrors(t *testing.T) {
 	for err, want := range map[error]string{
-		fmt.Errorf("x: %w", errSecretNotAllowed):             actionsv1alpha1.ReasonSecretNotAllowed,
-		fmt.Errorf("x: %w", errNamespaceNotAllowed):          actionsv1alpha1.ReasonNamespaceNotAllowed,
-		fmt.Errorf("x: %w", errInsecureSkipVerifyNotAllowed): actionsv1alpha1.ReasonInsecureSkipVerifyNotAllowed,
-		fmt.Errorf("x: %w", httpexec.ErrPathOutsideBase):     actionsv1alpha1.ReasonPathOutsideBase,
-		errors.New("other"):                                  actionsv1alpha1.ReasonDestinationNotReady,
+		fmt.Errorf("x: %w", errSecretNotAllowed):                                  actionsv1alpha1.ReasonSecretNotAllowed,
+		fmt.Errorf("x: %w", errNamespaceNotAllowed):                               actionsv1alpha1.ReasonNamespaceNotAllowed,
+		fmt.Errorf("x: %w", errInsecureSkipVerifyNotAllowed):                      actionsv1alpha1.ReasonInsecureSkipVerifyNotAllowed,
+		fmt.Errorf("x: %w", httpexec.ErrPathOutsideBase):                          actionsv1alpha1.ReasonPathOutsideBase,
+		errors.New("other"):                                                       actionsv1alpha1.ReasonDestinationNotReady,
+		&destinationNotReady{id: "d", reason: actionsv1alpha1.ReasonEgressDenied}: actionsv1alpha1.ReasonEgressDenied,
+		&destinationNotReady{id: "d", reason: "Invalid"}:                          actionsv1alpha1.ReasonDestinationNotReady,
 	} {
 		if got := destinationReason(err, actionsv1alpha1.ReasonDestinationNotReady); got != want {
 			t.Errorf("destinationReason(%v) = %q, want %q", err, got, want)
+		}
+	}
+}
+
+// Only the validator's EgressDenied verdict for the destination's current generation stalls an action; other
+// verdicts (a Secret may come later) and stale ones are checked by the action itself.
+func TestNotReadyTakesOnlyACurrentEgressVerdict(t *testing.T) {
+	cond := func(reason string, gen int64) *metav1.Condition {
+		return &metav1.Condition{Type: actionsv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, ObservedGeneration: gen}
+	}
+	for _, tc := range []struct {
+		ready *metav1.Condition
+		stall bool
+	}{
+		{nil, false},
+		{cond(actionsv1alpha1.ReasonEgressDenied, 2), true},
+		{cond(actionsv1alpha1.ReasonEgressDenied, 1), false},
+		{cond("Invalid", 2), false},
+		{&metav1.Condition{Type: actionsv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Valid", ObservedGeneration: 2}, false},
+	} {
+		rd := &resolvedDestination{ID: "Destination/ns/d", ready: tc.ready, generation: 2}
+		if err := rd.notReady(); (err != nil) != tc.stall {
+			t.Errorf("ready %+v: notReady = %v, want stall %v", tc.ready, err, tc.stall)
 		}
 	}
 }

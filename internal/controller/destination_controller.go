@@ -83,6 +83,8 @@ func (r *DestinationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{}, err
 	}
+	// Its metric series exist at zero from now on, so that alerts work before the first attempt.
+	metrics.InitDestination(id)
 	if cd, ok := obj.(*actionsv1alpha1.ClusterDestination); ok {
 		selector = cd.Spec.NamespaceSelector
 	}

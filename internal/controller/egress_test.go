@@ -16,7 +16,6 @@ import (
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
 	"github.com/actionledger/actionledger/internal/egress"
-	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/test/destination"
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
@@ -60,9 +59,9 @@ func egressDenied(c *metav1.Condition) bool {
 
 // With the default egress policy a destination on 127.0.0.1 is refused: the Destination is
 // Ready=False/EgressDenied (as is one named "localhost", which resolves to loopback, and one written as
-// the IPv4-mapped literal [::ffff:127.0.0.1]); the action's attempts record EgressDenied, are not sent
-// (no connection ever reaches the listener) and end Exhausted. A manager whose policy allows
-// 127.0.0.1/32 validates the Destination and, after resolve=retry, sends the action exactly once.
+// the IPv4-mapped literal [::ffff:127.0.0.1]); the action stalls (Stalled=True, EgressDenied, phase
+// Pending) without an attempt or a connection. A manager whose policy allows 127.0.0.1/32 validates the
+// Destination, and the action resumes by itself and is sent exactly once.
 func TestEgressDeniedThenAllowed(t *testing.T) {
 	ns := env.Namespace(t)
 	srv, l, url := countedDestination(t)
@@ -89,32 +88,27 @@ func TestEgressDeniedThenAllowed(t *testing.T) {
 	destinationReady(t, ns, "mapped", "False/EgressDenied", egressDenied)
 
 	env.Create(t, envtestutil.Action(ns, "pay", "loop", "/charges", `{"amount":1}`))
-	xa := env.WaitPhase(t, ns, "pay", actionsv1alpha1.PhaseExhausted, 30*time.Second)
-	if xa.Status.Attempts != attempts || len(xa.Status.AttemptHistory) != int(attempts) {
-		t.Fatalf("attempts %d, history %s, want %d attempts", xa.Status.Attempts, envtestutil.JSON(xa.Status.AttemptHistory), attempts)
+	// The validator's verdict stalls the action before any attempt: Stalled=True/EgressDenied in phase Pending,
+	// the verdict in lastError (the ERROR column), nothing attempted, no connection.
+	xa := env.WaitFor(t, ns, "pay", 30*time.Second, "stalled on EgressDenied", func(xa *actionsv1alpha1.ExternalAction) bool {
+		return stalledOn(xa, actionsv1alpha1.ReasonEgressDenied)
+	})
+	if !strings.Contains(xa.Status.LastError, "127.0.0.1") {
+		t.Errorf("lastError %q does not name the denied address", xa.Status.LastError)
 	}
-	for i, h := range xa.Status.AttemptHistory {
-		if h.ErrorClass != string(httpexec.ClassEgressDenied) || h.Result != "NotSent" || h.StatusCode != 0 {
-			t.Errorf("attemptHistory[%d] = %s, want errorClass EgressDenied, result NotSent", i, envtestutil.JSON(h))
-		}
-	}
-	if n := l.Accepted(); n != 0 || srv.Summary().Requests != 0 {
-		t.Fatalf("the denied destination accepted %d connections and %d requests, want 0", n, srv.Summary().Requests)
-	}
+	envtestutil.Consistently(t, 2*time.Second, envtestutil.Say("the denied action to stay stalled without attempts or connections"), func() bool {
+		cur := env.Get(t, ns, "pay")
+		return stalledOn(cur, actionsv1alpha1.ReasonEgressDenied) && l.Accepted() == 0 && srv.Summary().Requests == 0
+	})
 	stop()
 
-	// The admin allows 127.0.0.1/32; a person asks for a retry.
+	// The admin allows 127.0.0.1/32: the validator marks the Destination Ready, and that wakes the action,
+	// which resumes by itself (no decision needed) and is sent exactly once.
 	env.StartManager(t, app.Options{Holder: "egress-open", Egress: envtestutil.LoopbackEgress()})
 	destinationReady(t, ns, "loop", "True", func(c *metav1.Condition) bool { return c.Status == metav1.ConditionTrue })
-	cur := env.Get(t, ns, "pay")
-	patch := client.MergeFrom(cur.DeepCopy())
-	cur.Annotations = map[string]string{actionsv1alpha1.AnnotationResolve: actionsv1alpha1.DecisionRetry}
-	if err := env.Client.Patch(context.Background(), cur, patch); err != nil {
-		t.Fatal(err)
-	}
-	xa = env.WaitPhase(t, ns, "pay", actionsv1alpha1.PhaseSucceeded, 30*time.Second)
-	if got := srv.Requests(ns + "/pay"); got != 1 {
-		t.Errorf("requests = %d after the retry, want 1", got)
+	xa = env.WaitPhase(t, ns, "pay", actionsv1alpha1.PhaseSucceeded, 10*time.Second)
+	if got := srv.Requests(ns + "/pay"); got != 1 || xa.Status.Attempts != 1 {
+		t.Errorf("requests = %d, attempts %d after the policy allowed it, want 1 and 1", got, xa.Status.Attempts)
 	}
 	if last := xa.Status.AttemptHistory[len(xa.Status.AttemptHistory)-1]; last.StatusCode == 0 || last.ErrorClass != "" {
 		t.Errorf("last attempt %s, want a response", envtestutil.JSON(last))

@@ -29,6 +29,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -184,9 +185,17 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 	}
 
 	dest, err := r.resolveDestination(ctx, xa)
+	if err == nil {
+		err = dest.notReady()
+	}
 	if err != nil {
 		return r.waitOnDestination(ctx, xa, err, env)
 	}
+	// A destination usable again ends a stall (ledger.Blocked): the next status written carries it (unstall).
+	// xa.Status itself stays as stored, so that a send refused again (loadCredentials) finds the same stall and
+	// writes nothing.
+	unblocked := ledger.Unblock(&xa.Status, env)
+	staleErr := xa.Status.LastError
 	// The destination's retention applies to an action failed for an invalid spec too (else it is collected at once).
 	env = r.envFor(xa, dest, dest.Policy, dest.DeadlineDur, now)
 	policy, deadlineDur, body, err := r.checkSpec(xa, dest)
@@ -202,12 +211,12 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 			if err != nil {
 				return ctrl.Result{}, err
 			}
-			return r.apply(ctx, xa, step, dest.ID)
+			return r.apply(ctx, xa, unstall(step, unblocked, staleErr), dest.ID)
 		}
 		xa.Status = *ledger.Begin(&xa.Status, key, fp, env)
 	}
 
-	step := ledger.Advance(&xa.Status, env)
+	step := unstall(ledger.Advance(&xa.Status, env), unblocked, staleErr)
 	switch step.Kind {
 	case ledger.KindSend:
 		// DESIGN rule 11: the path never leaves the destination's base path (the base was checked on resolving).
@@ -271,6 +280,9 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 	if attempt > 1 {
 		metrics.Retries.WithLabelValues(dest.ID).Inc()
 	}
+	if claimed.Status.Phase != xa.Status.Phase {
+		logPhaseChange(ctx, claimed, xa.Status.Phase, dest.ID)
+	}
 	logger.V(1).Info("claimed; dispatching", "attempt", attempt, "destination", dest.ID)
 	return r.dispatchSend(ctx, claimed, r.sendJob(claimed, dest, target, body, env))
 }
@@ -302,7 +314,8 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 			upd.Status = *step.Status
 			if err = r.updateStatus(ctx, upd); err == nil {
 				r.pending.Delete(nn)
-				r.afterWrite(upd, step, destinationID(upd))
+				logOutcome(ctx, cur, attempt, outcome)
+				r.afterWrite(ctx, cur.Status.Phase, upd, step, destinationID(upd))
 				return requeueAt(step.At, r.Clock.Now()), nil
 			}
 			if res, done, ferr := r.recordFailed(ctx, cur, upd, attempt, outcome, err, try); done {
@@ -388,6 +401,9 @@ func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *ac
 	if decision, ok := xa.Annotations[actionsv1alpha1.AnnotationResolve]; ok {
 		return r.resolve(ctx, xa, decision, now)
 	}
+	if xa.Status.ObservedGeneration != xa.Generation {
+		return r.observeFinished(ctx, xa, now)
+	}
 	if xa.Status.ExpiresAt != nil && xa.Status.Phase != actionsv1alpha1.PhaseOutcomeUnknown {
 		if left := xa.Status.ExpiresAt.Sub(now); left > 0 {
 			return ctrl.Result{RequeueAfter: left}, nil
@@ -395,6 +411,39 @@ func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *ac
 		return r.collect(ctx, xa)
 	}
 	return ctrl.Result{}, nil
+}
+
+// observeFinished observes a new generation of a finished action (ledger.ObserveFinished): the retention in
+// force (spec.ttlSecondsAfterFinished, else the destination's, else the default) recomputes expiresAt from
+// completedAt, and the conditions follow the generation. The decision is made on a copy read from the API
+// server, not the cache, so that the write carries the whole recorded status.
+func (r *ExternalActionReconciler) observeFinished(ctx context.Context, cached *actionsv1alpha1.ExternalAction, now time.Time) (ctrl.Result, error) {
+	xa := &actionsv1alpha1.ExternalAction{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cached), xa); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !xa.Status.Phase.Terminal() {
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	}
+	env := r.envFor(xa, nil, retry.Policy{}, 0, now)
+	destID := ""
+	if dest, err := r.resolveDestination(ctx, xa); err == nil {
+		env, destID = r.envFor(xa, dest, dest.Policy, dest.DeadlineDur, now), dest.ID
+	}
+	st := ledger.ObserveFinished(&xa.Status, env)
+	if st == nil {
+		return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+	}
+	log.FromContext(ctx).Info("observed a new generation of a finished action", "generation", xa.Generation,
+		"phase", st.Phase, "expiresAt", st.ExpiresAt)
+	return r.apply(ctx, xa, ledger.Step{Kind: ledger.KindNone, Status: st, At: timeOf(st.ExpiresAt)}, destID)
+}
+
+func timeOf(t *metav1.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.Time
 }
 
 // resolve applies the resolve annotation, records the decision, then clears the annotation.
@@ -423,7 +472,7 @@ func (r *ExternalActionReconciler) resolve(ctx context.Context, xa *actionsv1alp
 			return ctrl.Result{}, ignoreConflict(err) // a Conflict: the next reconcile decides again
 		}
 		metrics.ManualResolutions.WithLabelValues(decision).Inc()
-		r.afterWrite(upd, step, destID)
+		r.afterWrite(ctx, xa.Status.Phase, upd, step, destID)
 		xa = upd
 	}
 	patch := client.MergeFrom(xa.DeepCopy())
@@ -444,7 +493,7 @@ func (r *ExternalActionReconciler) apply(ctx context.Context, xa *actionsv1alpha
 		if err := r.writeStep(ctx, upd); err != nil {
 			return ctrl.Result{}, err
 		}
-		r.afterWrite(upd, step, destID)
+		r.afterWrite(ctx, xa.Status.Phase, upd, step, destID)
 	} else if step.Event != nil {
 		r.event(xa, step.Event)
 	}
@@ -469,12 +518,27 @@ func requeueAt(t, now time.Time) ctrl.Result {
 	return ctrl.Result{RequeueAfter: max(t.Sub(now), time.Millisecond)}
 }
 
-// afterWrite emits the step's event and terminal metrics once the status write succeeded.
-func (r *ExternalActionReconciler) afterWrite(xa *actionsv1alpha1.ExternalAction, step ledger.Step, destID string) {
+// afterWrite runs once the status write of step succeeded (prev is the phase before it): it logs a phase
+// change, moves the outcome_unknown gauge at the transition (GaugeUpdater's refresh corrects it), emits the
+// step's event and records the terminal metrics.
+func (r *ExternalActionReconciler) afterWrite(ctx context.Context, prev actionsv1alpha1.Phase, xa *actionsv1alpha1.ExternalAction,
+	step ledger.Step, destID string) {
 	if step.Event != nil {
 		r.event(xa, step.Event)
 	}
-	if step.Status == nil || !step.Status.Phase.Terminal() {
+	if step.Status == nil {
+		return
+	}
+	if phase := step.Status.Phase; phase != prev {
+		logPhaseChange(ctx, xa, prev, destID)
+		switch actionsv1alpha1.PhaseOutcomeUnknown {
+		case phase:
+			metrics.OutcomeUnknown.Inc()
+		case prev:
+			metrics.OutcomeUnknown.Dec()
+		}
+	}
+	if !step.Status.Phase.Terminal() {
 		return
 	}
 	r.Limiter.Forget(destinationID(xa), xa.Namespace+"/"+xa.Name)
@@ -498,16 +562,14 @@ func (r *ExternalActionReconciler) event(xa *actionsv1alpha1.ExternalAction, e *
 const destinationRecheck = 15 * time.Second
 
 // waitOnDestination records why the destination cannot be used (reason DestinationNotReady, or the more precise
-// SecretNotAllowed, NamespaceNotAllowed, InsecureSkipVerifyNotAllowed, PathOutsideBase) and looks again later.
-// nextAttemptAt keeps the retry schedule (or now): the wait ends as soon as the destination becomes usable, for
-// example when a Namespace watch event shows labels that now match, not a fixed delay later.
+// SecretNotAllowed, NamespaceNotAllowed, InsecureSkipVerifyNotAllowed, EgressDenied, PathOutsideBase) as
+// Stalled=True with the phase kept (ledger.Blocked): lastError carries the message (the ERROR column), a
+// retry still scheduled stays in nextAttemptAt and a past one is cleared. The wait ends as soon as the
+// destination becomes usable: a Destination, ClusterDestination or Namespace watch event wakes the action
+// (SetupWithManager), and destinationRecheck is only the fallback.
 func (r *ExternalActionReconciler) waitOnDestination(ctx context.Context, xa *actionsv1alpha1.ExternalAction, err error, env ledger.Env) (ctrl.Result, error) {
 	reason := destinationReason(err, actionsv1alpha1.ReasonDestinationNotReady)
-	next := env.Now
-	if n := xa.Status.NextAttemptAt; n != nil && n.After(next) {
-		next = n.Time
-	}
-	step := ledger.Delayed(&xa.Status, reason, err.Error(), next, env)
+	step := ledger.Blocked(&xa.Status, reason, err.Error(), env)
 	if step.Status != nil {
 		step.Event = &ledger.Event{Warning: true, Reason: reason, Message: err.Error()}
 	}
@@ -515,7 +577,11 @@ func (r *ExternalActionReconciler) waitOnDestination(ctx context.Context, xa *ac
 	if aerr != nil {
 		return res, aerr
 	}
-	return ctrl.Result{RequeueAfter: max(next.Sub(r.Clock.Now()), destinationRecheck)}, nil
+	wait := destinationRecheck
+	if n := xa.Status.NextAttemptAt; n != nil && n.Sub(r.Clock.Now()) > wait {
+		wait = n.Sub(r.Clock.Now())
+	}
+	return ctrl.Result{RequeueAfter: wait}, nil
 }
 
 // envFor is the one ledger.Env builder. With dest nil (the destination is gone or unusable) the env still
@@ -623,6 +689,9 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(dispatcherRunnable{r: r}); err != nil {
 		return fmt.Errorf("adding the dispatcher: %w", err)
 	}
+	if err := IndexDestinationRef(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("indexing actions by destination: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&actionsv1alpha1.ExternalAction{}).
 		// Outcomes handed back by the dispatcher wake their object (DESIGN rule 10).
@@ -634,6 +703,9 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// metadata is all that is read, and a label change wakes the actions waiting on NamespaceNotAllowed.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.actionsUsingClusterDestinations),
 			builder.OnlyMetadata, builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		// A destination created, fixed or validated again wakes the actions that reference it (ledger.Blocked).
+		Watches(&actionsv1alpha1.Destination{}, handler.EnqueueRequestsFromMapFunc(r.actionsUsingDestination)).
+		Watches(&actionsv1alpha1.ClusterDestination{}, handler.EnqueueRequestsFromMapFunc(r.actionsUsingDestination)).
 		Named("externalaction").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, SkipNameValidation: &r.SkipNameValidation}).
 		Complete(r)

@@ -41,7 +41,7 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 		if err := r.writeStep(ctx, upd); err != nil {
 			return ctrl.Result{}, err
 		}
-		r.afterWrite(upd, step, dest.ID)
+		r.afterWrite(ctx, xa.Status.Phase, upd, step, dest.ID)
 		xa = upd
 	}
 	attempt := xa.Status.Claim.Attempt
@@ -168,7 +168,7 @@ func (r *ExternalActionReconciler) recordCheck(ctx context.Context, xa *actionsv
 			upd := xa.DeepCopy()
 			upd.Status = *next.Status
 			if err = r.updateStatus(ctx, upd); err == nil {
-				r.afterWrite(upd, next, destinationID(upd))
+				r.afterWrite(ctx, xa.Status.Phase, upd, next, destinationID(upd))
 				return requeueAt(next.At, r.Clock.Now()), nil
 			}
 			switch {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -63,6 +64,7 @@ func (r *ExternalActionReconciler) checkTombstone(ctx context.Context, xa *actio
 	metrics.Replays.Inc()
 	return ledger.Replay(&xa.Status, key, fp, ledger.Tombstone{
 		UID: ts.Spec.UID, Phase: ts.Spec.Phase, StatusCode: ts.Spec.StatusCode, CompletedAt: ts.Spec.CompletedAt,
+		Response: ts.Spec.Response,
 	}, env), true, nil
 }
 
@@ -94,7 +96,8 @@ func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actio
 		}
 	}
 	if st.Response != nil {
-		ts.Spec.StatusCode = st.Response.StatusCode
+		// The response as status held it: already redacted and bounded (boundStatus), so a replay gets it back.
+		ts.Spec.StatusCode, ts.Spec.Response = st.Response.StatusCode, st.Response.DeepCopy()
 	}
 	err := r.Create(ctx, ts)
 	if apierrors.IsAlreadyExists(err) {
@@ -103,7 +106,8 @@ func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actio
 			return fmt.Errorf("reading the existing tombstone of %s/%s: %w", xa.Namespace, xa.Name, err)
 		}
 		same := cur.Spec.Fingerprint == ts.Spec.Fingerprint && cur.Spec.Phase == ts.Spec.Phase && cur.Spec.UID == ts.Spec.UID &&
-			cur.Spec.StatusCode == ts.Spec.StatusCode && cur.Spec.CompletedAt.Equal(ts.Spec.CompletedAt)
+			cur.Spec.StatusCode == ts.Spec.StatusCode && cur.Spec.CompletedAt.Equal(ts.Spec.CompletedAt) &&
+			equality.Semantic.DeepEqual(cur.Spec.Response, ts.Spec.Response)
 		// The horizon runs from when the last object holding the key went: a replayed copy going extends it, so a
 		// manifest that GitOps keeps re-creating stays bound (docs/retention.md). The object's own second write
 		// (collect, then finalize) does not.

@@ -20,7 +20,7 @@ const (
 	// header; the name Stripe and the draft's examples use).
 	HeaderReplayed = "Idempotent-Replayed"
 	// HeaderBodyTruncated is "true" when the replayed body is not the destination's whole body: it was capped
-	// in status.response (4096 bytes) or is not kept at all (a tombstone keeps only the status code).
+	// in status.response (4096 bytes), or was not kept (a tombstone written before tombstones kept the response).
 	HeaderBodyTruncated = "Actionledger-Body-Truncated"
 	// HeaderPhase is the ExternalAction's phase behind the answer.
 	HeaderPhase = "Actionledger-Phase"
@@ -103,7 +103,8 @@ func Decide(xa *actionsv1alpha1.ExternalAction, replayed bool) (Answer, bool) {
 		if replayed || st.ReplayedFrom != nil {
 			h.Set(HeaderReplayed, "true")
 		}
-		if st.Response.BodyTruncated || (st.ReplayedFrom != nil && st.Response.Body == "") {
+		// A replay without the body's hash comes from a tombstone that kept only the status code.
+		if st.Response.BodyTruncated || (st.ReplayedFrom != nil && st.Response.Body == "" && st.Response.BodySHA256 == "") {
 			h.Set(HeaderBodyTruncated, "true")
 		}
 		if st.ReplayedFrom != nil {
@@ -119,8 +120,9 @@ func Decide(xa *actionsv1alpha1.ExternalAction, replayed bool) (Answer, bool) {
 	}
 }
 
-// DecideTombstone answers a repeat whose object was collected, from its tombstone: the recorded status code
-// with an empty body (a tombstone keeps no body or headers, so HeaderBodyTruncated is set), or the problem of
+// DecideTombstone answers a repeat whose object was collected, from its tombstone: the recorded response (status
+// code, kept headers and the body capped at 4096 bytes, spec.response), or, from a tombstone written before
+// the response was kept, the status code with an empty body and HeaderBodyTruncated set; or the problem of
 // Decide for a phase without a status code.
 func DecideTombstone(ts *actionsv1alpha1.ActionTombstone) Answer {
 	xa := &actionsv1alpha1.ExternalAction{
@@ -129,9 +131,7 @@ func DecideTombstone(ts *actionsv1alpha1.ActionTombstone) Answer {
 			CompletedAt: ts.Spec.CompletedAt, ReplayedFrom: &actionsv1alpha1.ReplaySource{UID: ts.Spec.UID,
 				CompletedAt: ts.Spec.CompletedAt, Phase: ts.Spec.Phase}},
 	}
-	if ts.Spec.StatusCode != 0 {
-		xa.Status.Response = &actionsv1alpha1.ResponseRecord{StatusCode: ts.Spec.StatusCode}
-	}
+	xa.Status.Response = tombstoneResponse(ts)
 	if !xa.Status.Phase.Terminal() {
 		xa.Status.Phase = actionsv1alpha1.PhaseOutcomeUnknown
 	}
@@ -184,10 +184,20 @@ func StatusOfTombstone(ts *actionsv1alpha1.ActionTombstone) Status {
 		Tombstone: true, Reason: actionsv1alpha1.ReasonReplayed,
 		Message: fmt.Sprintf("the object was collected; its tombstone is kept until %s",
 			ts.Spec.ExpiresAt.UTC().Format(time.RFC3339))}
-	if ts.Spec.StatusCode != 0 {
-		s.Response = &actionsv1alpha1.ResponseRecord{StatusCode: ts.Spec.StatusCode}
-	}
+	s.Response = tombstoneResponse(ts)
 	return s
+}
+
+// tombstoneResponse is the tombstone's recorded response: spec.response, else (an older tombstone) only the
+// status code, else nil.
+func tombstoneResponse(ts *actionsv1alpha1.ActionTombstone) *actionsv1alpha1.ResponseRecord {
+	switch {
+	case ts.Spec.Response != nil:
+		return ts.Spec.Response.DeepCopy()
+	case ts.Spec.StatusCode != 0:
+		return &actionsv1alpha1.ResponseRecord{StatusCode: ts.Spec.StatusCode}
+	}
+	return nil
 }
 
 func mustJSON(v any) []byte {

@@ -97,6 +97,19 @@ func TestDecideTombstone(t *testing.T) {
 		a.Header.Get(HeaderBodyTruncated) != "true" || a.Header.Get(HeaderReplayedFrom) != "tombstone" {
 		t.Fatalf("tombstone answer = %+v", a)
 	}
+	// A tombstone that kept the response answers with it, body and kept headers, and is not marked truncated.
+	ts.Spec.Response = &actionsv1alpha1.ResponseRecord{StatusCode: 201, Body: `{"id":"ch_19"}`, BodySHA256: "sha256:00",
+		Headers: map[string]string{"Location": "/charges/ch_19", "Content-Type": "application/json"}}
+	a = DecideTombstone(ts)
+	if a.Status != 201 || string(a.Body) != `{"id":"ch_19"}` || a.Header.Get("Location") != "/charges/ch_19" ||
+		a.Header.Get("Content-Type") != "application/json" || a.Header.Get(HeaderBodyTruncated) != "" ||
+		a.Header.Get(HeaderReplayed) != "true" {
+		t.Fatalf("tombstone answer with a kept response = %+v (body %q)", a, a.Body)
+	}
+	if s := StatusOfTombstone(ts); s.Response == nil || s.Response.Body != `{"id":"ch_19"}` {
+		t.Fatalf("tombstone status resource response = %+v", s.Response)
+	}
+	ts.Spec.Response = nil
 	ts.Spec.Phase, ts.Spec.StatusCode = actionsv1alpha1.PhaseExhausted, 0
 	if a := DecideTombstone(ts); a.Status != http.StatusGatewayTimeout || a.Problem == nil {
 		t.Fatalf("exhausted tombstone answer = %+v, want 504 problem", a)

@@ -234,7 +234,7 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 	case retry.ClassUncertain:
 		if env.RepeatSafe {
 			st.Claim = nil
-			return schedule(st, env, o.RetryAfter, fmt.Sprintf("attempt %d is uncertain (%s); repeating is safe", attempt, describe(o))), true
+			return retried(schedule(st, env, o.RetryAfter, fmt.Sprintf("attempt %d is uncertain (%s); repeating is safe", attempt, describe(o)))), true
 		}
 		// Keep the claim open until its expiry: the uncertain path (post-check or OutcomeUnknown) takes over. The
 		// post-check is asked only after the expiry (timeout plus margin), because a slow destination may still
@@ -246,8 +246,26 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 		return step, true
 	default: // Retryable, NotSent, InProgress
 		st.Claim = nil
-		return schedule(st, env, o.RetryAfter, fmt.Sprintf("attempt %d: %s", attempt, describe(o))), true
+		return retried(schedule(st, env, o.RetryAfter, fmt.Sprintf("attempt %d: %s", attempt, describe(o)))), true
 	}
+}
+
+// retried gives a step that schedules a retry after a failed attempt its Warning Event (reason RetryScheduled),
+// so that failures show while they are retried, not only at the end. The message names the attempt, so the
+// events API counts repeats of the same failure in one Event's series. A step that ended the action keeps
+// its own event.
+func retried(step Step) Step {
+	if step.Event == nil && step.Status != nil && step.Status.Phase == actionsv1alpha1.PhaseInProgress {
+		step.Event = &Event{Warning: true, Reason: actionsv1alpha1.ReasonRetryScheduled, Message: conditionMessage(step.Status)}
+	}
+	return step
+}
+
+func conditionMessage(st *actionsv1alpha1.ExternalActionStatus) string {
+	if c := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReconciling); c != nil {
+		return c.Message
+	}
+	return ""
 }
 
 // uncertain resolves an open claim whose outcome is unknown (DESIGN rule 3): resend when repeating is safe,
@@ -380,6 +398,8 @@ type Tombstone struct {
 	Phase       actionsv1alpha1.Phase
 	StatusCode  int32
 	CompletedAt *metav1.Time
+	// Response is the tombstone's recorded response (kept headers and capped body), nil when it kept none.
+	Response *actionsv1alpha1.ResponseRecord
 }
 
 // Replay gives a re-created action the recorded outcome of its tombstone (same key, same fingerprint; DESIGN rule 7).
@@ -388,7 +408,10 @@ func Replay(cur *actionsv1alpha1.ExternalActionStatus, key, fingerprint string, 
 	st.IdempotencyKey = key
 	st.Fingerprint = fingerprint
 	st.ReplayedFrom = &actionsv1alpha1.ReplaySource{UID: t.UID, CompletedAt: t.CompletedAt, Phase: t.Phase}
-	if t.StatusCode != 0 {
+	switch {
+	case t.Response != nil:
+		st.Response = t.Response.DeepCopy()
+	case t.StatusCode != 0:
 		st.Response = &actionsv1alpha1.ResponseRecord{StatusCode: t.StatusCode}
 	}
 	phase := t.Phase
@@ -499,6 +522,124 @@ func WaitForSubject(cur *actionsv1alpha1.ExternalActionStatus, reason, msg strin
 	return step
 }
 
+// Blocked marks a Pending or InProgress action whose destination cannot be used (missing, not Ready, namespace
+// not allowed, egress denied, insecureSkipVerify not allowed): Stalled=True, Reconciling=False and Ready=False
+// with reason and msg (kstatus reads it as Failed, `kubectl wait --for=condition=Stalled` returns), lastError
+// msg (the ERROR column), the phase unchanged (never terminal: the action resumes by itself once the
+// destination is usable, Unblock). nextAttemptAt keeps a retry still scheduled in the future and is cleared
+// otherwise, so that NEXT never shows a time that has passed. It returns a write only when something changes.
+func Blocked(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, env Env) Step {
+	st := cur.DeepCopy()
+	if n := st.NextAttemptAt; n != nil && !n.After(env.Now) {
+		st.NextAttemptAt = nil
+	}
+	st.LastError = truncate(msg)
+	phase := st.Phase
+	if phase == "" || phase.Terminal() {
+		phase = actionsv1alpha1.PhasePending
+	}
+	if cur.Phase == phase && condReason(cur, actionsv1alpha1.ConditionStalled, reason) && cur.LastError == st.LastError &&
+		equalTime(cur.NextAttemptAt, st.NextAttemptAt) && cur.ObservedGeneration == env.Generation {
+		return Step{Kind: KindWait}
+	}
+	st.Phase = phase
+	st.ObservedGeneration = env.Generation
+	m := truncate(msg)
+	for _, c := range []struct {
+		t  string
+		on bool
+	}{{actionsv1alpha1.ConditionReady, false}, {actionsv1alpha1.ConditionReconciling, false}, {actionsv1alpha1.ConditionStalled, true}} {
+		setCond(st, c.t, c.on, reason, m, env)
+	}
+	return Step{Kind: KindWait, Status: st}
+}
+
+// Unblock returns the status of a Blocked action whose destination is usable again: Stalled=False and
+// Reconciling=True (reason Pending, RetryScheduled or AttemptInProgress, as the status stands), lastError
+// cleared. It returns nil when cur is not blocked.
+func Unblock(cur *actionsv1alpha1.ExternalActionStatus, env Env) *actionsv1alpha1.ExternalActionStatus {
+	if cur.Phase.Terminal() || !condTrue(cur, actionsv1alpha1.ConditionStalled) {
+		return nil
+	}
+	if condReason(cur, actionsv1alpha1.ConditionStalled, actionsv1alpha1.ReasonSubjectOutcomeUnknown) {
+		return nil // a stall on the subject, not on the destination: WaitForSubject ends it
+	}
+	st := cur.DeepCopy()
+	st.LastError = ""
+	reason, msg := actionsv1alpha1.ReasonPending, "the destination is usable again; no attempt sent yet"
+	switch {
+	case st.Claim != nil:
+		reason, msg = actionsv1alpha1.ReasonAttemptInProgress, fmt.Sprintf("the destination is usable again; attempt %d is open", st.Claim.Attempt)
+	case st.NextAttemptAt != nil:
+		reason, msg = actionsv1alpha1.ReasonRetryScheduled, "the destination is usable again; next attempt at "+st.NextAttemptAt.UTC().Format(time.RFC3339)
+	case st.Attempts > 0:
+		reason, msg = actionsv1alpha1.ReasonRetryScheduled, "the destination is usable again; next attempt now"
+	}
+	phase := st.Phase
+	if phase == "" {
+		phase = actionsv1alpha1.PhasePending
+	}
+	setPhase(st, phase, reason, msg, env)
+	return st
+}
+
+// ObserveFinished observes a new generation of a finished action (a spec field outside the fingerprint was
+// edited: spec.ttlSecondsAfterFinished or spec.retryPolicy). It applies what still applies, expiresAt
+// recomputed as completedAt plus env.Retention (never for OutcomeUnknown or Conflict, which are not
+// collected), and says in the Reconciling condition's message what no longer can: a retry policy shapes only
+// attempts still to be made. status.observedGeneration and every condition's observedGeneration become
+// env.Generation, so that kstatus, Argo CD and `kubectl wait` settle. Phase, reasons and the outcome's
+// messages are kept. It returns nil when the generation was already observed.
+func ObserveFinished(cur *actionsv1alpha1.ExternalActionStatus, env Env) *actionsv1alpha1.ExternalActionStatus {
+	if !cur.Phase.Terminal() || cur.ObservedGeneration == env.Generation {
+		return nil
+	}
+	st := cur.DeepCopy()
+	st.ObservedGeneration = env.Generation
+	note := fmt.Sprintf("finished (%s); generation %d observed:", st.Phase, env.Generation)
+	if st.CompletedAt != nil && st.Phase != actionsv1alpha1.PhaseOutcomeUnknown && st.Phase != actionsv1alpha1.PhaseConflict {
+		st.ExpiresAt = ptrTime(st.CompletedAt.Add(env.Retention))
+		note += fmt.Sprintf(" expiresAt is now %s (completedAt plus a retention of %s);", st.ExpiresAt.UTC().Format(time.RFC3339), env.Retention)
+	}
+	switch st.Phase {
+	case actionsv1alpha1.PhaseOutcomeUnknown, actionsv1alpha1.PhaseExhausted:
+		note += " spec.retryPolicy applies only to an attempt a person asks for (" + actionsv1alpha1.AnnotationResolve + "=retry)"
+	default:
+		note += " spec.retryPolicy no longer applies: no attempt is made for a finished action"
+	}
+	for i := range st.Conditions {
+		c := &st.Conditions[i]
+		c.ObservedGeneration = env.Generation
+		if c.Type == actionsv1alpha1.ConditionReconciling {
+			c.Message = truncate(note)
+		}
+	}
+	return st
+}
+
+func setCond(st *actionsv1alpha1.ExternalActionStatus, t string, on bool, reason, msg string, env Env) {
+	s := metav1.ConditionFalse
+	if on {
+		s = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: env.Generation,
+		LastTransitionTime: metav1.NewTime(env.Now),
+	})
+}
+
+func condTrue(st *actionsv1alpha1.ExternalActionStatus, t string) bool {
+	c := meta.FindStatusCondition(st.Conditions, t)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
+func equalTime(a, b *metav1.Time) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.Equal(b)
+}
+
 // EffectiveDeadline is the absolute deadline for an action created at created under policy deadline d (0: none).
 func EffectiveDeadline(created time.Time, d time.Duration) time.Time {
 	if d <= 0 {
@@ -531,16 +672,7 @@ func setPhase(st *actionsv1alpha1.ExternalActionStatus, phase actionsv1alpha1.Ph
 	st.Phase = phase
 	st.ObservedGeneration = env.Generation
 	msg = truncate(msg)
-	set := func(t string, on bool, r, m string) {
-		s := metav1.ConditionFalse
-		if on {
-			s = metav1.ConditionTrue
-		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: t, Status: s, Reason: r, Message: m, ObservedGeneration: env.Generation,
-			LastTransitionTime: metav1.NewTime(env.Now),
-		})
-	}
+	set := func(t string, on bool, r, m string) { setCond(st, t, on, r, m, env) }
 	switch phase {
 	case actionsv1alpha1.PhaseSucceeded:
 		set(actionsv1alpha1.ConditionReady, true, reason, msg)

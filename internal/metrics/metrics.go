@@ -7,6 +7,9 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/retry"
 )
 
 // labelDestination is the destination label ("Destination/<namespace>/<name>" or "ClusterDestination/<name>").
@@ -95,6 +98,34 @@ var (
 func init() {
 	ctrlmetrics.Registry.MustRegister(Attempts, Retries, Replays, TombstoneLookups, FingerprintConflicts, OutcomeUnknown,
 		Exhausted, ManualResolutions, ReconciliationDuration, ActionDuration, Delayed, AttemptDuration)
+	// Every decision's series exists at zero from the start, so that rate() and increase() alerts see the
+	// first decision (a series that appears with its first increment hides it).
+	for _, d := range []string{actionsv1alpha1.DecisionApplied, actionsv1alpha1.DecisionNotApplied, actionsv1alpha1.DecisionRetry} {
+		ManualResolutions.WithLabelValues(d)
+	}
+}
+
+// attemptResults are the result label values of Attempts (package retry's classes).
+var attemptResults = []retry.Class{retry.ClassSuccess, retry.ClassRejected, retry.ClassRetryable, retry.ClassInProgress,
+	retry.ClassNotSent, retry.ClassUncertain}
+
+// delayedReasons are the reason label values of Delayed (api/v1alpha1 condition reasons).
+var delayedReasons = []string{actionsv1alpha1.ReasonRateLimited, actionsv1alpha1.ReasonRetryBudgetExhausted,
+	actionsv1alpha1.ReasonConcurrencyLimited}
+
+// InitDestination creates the per-destination series of the destination id at zero (attempts by result,
+// retries, exhausted, delayed by reason, attempt duration), so that alerts and dashboards see a destination
+// from its first validation, before its first attempt. It is idempotent; ForgetDestination undoes it.
+func InitDestination(id string) {
+	for _, c := range attemptResults {
+		Attempts.WithLabelValues(id, string(c))
+	}
+	for _, r := range delayedReasons {
+		Delayed.WithLabelValues(id, r)
+	}
+	Retries.WithLabelValues(id)
+	Exhausted.WithLabelValues(id)
+	AttemptDuration.WithLabelValues(id)
 }
 
 // ForgetDestination deletes every series of the destination id ("Destination/<namespace>/<name>" or
