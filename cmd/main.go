@@ -55,6 +55,7 @@ func run() int {
 		metricsAddr, probeAddr, leNamespace, controllerNS string
 		secureMetrics, leaderElect, enableHTTP2           bool
 		insecureSkipVerifyAllowed                         bool
+		events                                            string
 		qps                                               float64
 		burst, concurrency                                int
 		claimMargin                                       time.Duration
@@ -93,6 +94,8 @@ func run() int {
 	cidrsFlag(&egressCfg.Deny, strings.TrimPrefix(egress.FlagDeny, "--"), "Comma-separated CIDRs that destinations "+
 		"may not reach, in addition to the default deny set; at equal prefix length they win over "+
 		egress.FlagAllow+". Repeatable. Example: 10.0.0.0/8,fd00::/8.")
+	flag.StringVar(&events, "events", "important", "Which Events to emit: important (warnings, terminal phases other "+
+		"than Succeeded, replays from a tombstone, decisions by people, waits) or all (also one per success).")
 	flag.BoolVar(&insecureSkipVerifyAllowed, "insecure-skip-verify-allowed", false,
 		"Let namespaced Destinations turn TLS verification off (spec.tls.insecureSkipVerify). Without it such a "+
 			"Destination is not Ready (reason InsecureSkipVerifyNotAllowed) and nothing is sent to it; "+
@@ -111,6 +114,10 @@ func run() int {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	setupLog := ctrl.Log.WithName("setup")
+	if events != "important" && events != "all" {
+		setupLog.Error(fmt.Errorf("--events=%q: want important or all", events), "Invalid flag")
+		return 2
+	}
 
 	var tlsOpts []func(*tls.Config)
 	if !enableHTTP2 {
@@ -128,6 +135,7 @@ func run() int {
 		MaxInFlight: maxInFlight, ShutdownGrace: shutdownGrace,
 		Egress:                    &egressCfg,
 		InsecureSkipVerifyAllowed: insecureSkipVerifyAllowed,
+		AllEvents:                 events == "all",
 	})
 	if err != nil {
 		setupLog.Error(err, "Failed to set up the manager")

@@ -64,6 +64,8 @@ type Options struct {
 	// leadership (--shutdown-grace, default 25s); the manager's GracefulShutdownTimeout is this plus
 	// ShutdownRecordTime.
 	ShutdownGrace time.Duration
+	// AllEvents emits an Event for every success too (flag --events=all); by default a plain success emits none.
+	AllEvents bool
 	// InsecureSkipVerifyAllowed lets namespaced Destinations turn TLS verification off (flag
 	// --insecure-skip-verify-allowed, default false); ClusterDestinations may always.
 	InsecureSkipVerifyAllowed bool
@@ -194,6 +196,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		MaxInFlight:               o.MaxInFlight,
 		ShutdownGrace:             grace,
 		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
+		AllEvents:                 o.AllEvents,
 		SkipNameValidation:        o.SkipNameValidation,
 		Tombstones:                tombstones,
 	}).SetupWithManager(mgr); err != nil {

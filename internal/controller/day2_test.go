@@ -72,7 +72,7 @@ func TestRetriedFailureWarnsAndSuccessIsQuiet(t *testing.T) {
 		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{InitialBackoff: durationp(time.Second), Jitter: actionsv1alpha1.JitterNone}
 	})
 	srv.Script(ns+"/flaky", destination.Step{Status: 503}, destination.Step{Status: 201})
-	env.StartManager(t, app.Options{Holder: "events"})
+	env.StartManager(t, app.Options{Holder: "events", AllEvents: true})
 	env.Create(t, envtestutil.Action(ns, "flaky", "pay", "/charges", `{"amount":1}`))
 	env.Create(t, envtestutil.Action(ns, "clean", "pay", "/charges", `{"amount":2}`))
 	env.WaitEvent(t, ns, "flaky", corev1.EventTypeWarning, actionsv1alpha1.ReasonRetryScheduled, 20*time.Second)
@@ -295,4 +295,35 @@ func TestMissingSecretStallsWithoutRewritesThenResumes(t *testing.T) {
 	if n := srv.Requests(ns + "/invoice-3"); n != 1 || xa.Status.LastError != "" {
 		t.Errorf("requests %d, lastError %q; want 1 and none", n, xa.Status.LastError)
 	}
+}
+
+// By default (--events=important) a plain success emits no Event; a retried failure still emits its Warning.
+func TestPlainSuccessEmitsNoEventByDefault(t *testing.T) {
+	ns := env.Namespace(t)
+	srv, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.CreateDestination(t, ns, "pay", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{InitialBackoff: durationp(time.Second), Jitter: actionsv1alpha1.JitterNone}
+	})
+	srv.Script(ns+"/flaky", destination.Step{Status: 503}, destination.Step{Status: 201})
+	env.StartManager(t, app.Options{Holder: "quiet"})
+	env.Create(t, envtestutil.Action(ns, "clean", "pay", "/charges", `{"amount":2}`))
+	env.Create(t, envtestutil.Action(ns, "flaky", "pay", "/charges", `{"amount":1}`))
+	env.WaitPhase(t, ns, "clean", actionsv1alpha1.PhaseSucceeded, 20*time.Second)
+	env.WaitPhase(t, ns, "flaky", actionsv1alpha1.PhaseSucceeded, 20*time.Second)
+	env.WaitEvent(t, ns, "flaky", corev1.EventTypeWarning, actionsv1alpha1.ReasonRetryScheduled, 10*time.Second)
+	events := func() []string {
+		list := &corev1.EventList{}
+		if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, ev := range list.Items {
+			if ev.Reason == actionsv1alpha1.ReasonSucceeded {
+				out = append(out, ev.InvolvedObject.Name+": "+ev.Type+" "+ev.Reason)
+			}
+		}
+		return out
+	}
+	envtestutil.Consistently(t, 2*time.Second, func() string { return strings.Join(events(), "; ") },
+		func() bool { return len(events()) == 0 })
 }

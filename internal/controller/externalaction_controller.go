@@ -79,6 +79,10 @@ type ExternalActionReconciler struct {
 	MaxConcurrentReconciles int
 	// Rand returns a number in [0, 1) for jitter; nil uses math/rand/v2.
 	Rand func() float64
+	// AllEvents emits an Event for every success too (manager flag --events=all). By default a plain success
+	// emits none: Events are for what a person needs (warnings, terminal phases other than Succeeded, replays
+	// from a tombstone, decisions by people, waits), and one Event per success is an API write per action.
+	AllEvents bool
 	// InsecureSkipVerifyAllowed lets namespaced Destinations turn TLS verification off (manager flag
 	// --insecure-skip-verify-allowed); ClusterDestinations may always.
 	InsecureSkipVerifyAllowed bool
@@ -550,12 +554,21 @@ func (r *ExternalActionReconciler) afterWrite(ctx context.Context, prev actionsv
 }
 
 func (r *ExternalActionReconciler) event(xa *actionsv1alpha1.ExternalAction, e *ledger.Event) {
+	if !r.emits(e) {
+		return
+	}
 	t := corev1.EventTypeNormal
 	if e.Warning {
 		t = corev1.EventTypeWarning
 	}
 	// The API server refuses a longer note: the event would be lost.
 	r.Recorder.Eventf(xa, nil, t, e.Reason, "Reconcile", "%s", cutUTF8(e.Message, maxEventNoteLength))
+}
+
+// emits reports whether e is emitted under the manager's events policy: everything with AllEvents, else
+// everything but the Normal Succeeded event of a plain success (a replay is reason Replayed, a decision Resolved).
+func (r *ExternalActionReconciler) emits(e *ledger.Event) bool {
+	return r.AllEvents || e.Warning || e.Reason != actionsv1alpha1.ReasonSucceeded
 }
 
 // destinationRecheck is how often an action waiting on its destination looks again without a watch event.
