@@ -4,7 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,7 +56,7 @@ func TestCRDDescriptionsReadAsUserDocs(t *testing.T) {
 							t.Errorf("%s: the description refers to %q, which means nothing to a user:\n%s", path, m, d)
 						}
 					}
-					for _, l := range strings.Split(d, "\n") {
+					for l := range strings.SplitSeq(d, "\n") {
 						if l = strings.TrimSpace(l); l != "" && !lineEnd.MatchString(l) {
 							t.Errorf("%s: a description line ends mid-sentence (write the paragraph on one comment line): %q", path, l)
 						}
@@ -66,7 +66,7 @@ func TestCRDDescriptionsReadAsUserDocs(t *testing.T) {
 				for n := range s.Properties {
 					names = append(names, n)
 				}
-				sort.Strings(names)
+				slices.Sort(names)
 				for _, n := range names {
 					if n == "conditions" || n == "namespaceSelector" || (path == crd.Spec.Names.Kind && (n == "apiVersion" || n == "kind" || n == "metadata")) {
 						continue // Kubernetes' own types

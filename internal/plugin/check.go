@@ -162,12 +162,12 @@ func (p *Plugin) destinationNote(ctx context.Context, ns string, xa *actionsv1al
 	kind, name := xa.Spec.DestinationRef.Kind, xa.Spec.DestinationRef.Name
 	var conds []metav1.Condition
 	var err error
-	if kind == "ClusterDestination" {
+	if kind == kindClusterDestination {
 		d := &actionsv1alpha1.ClusterDestination{}
 		err = p.Client.Get(ctx, client.ObjectKey{Name: name}, d)
 		conds = d.Status.Conditions
 	} else {
-		kind = "Destination"
+		kind = kindDestination
 		d := &actionsv1alpha1.Destination{}
 		err = p.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d)
 		conds = d.Status.Conditions

@@ -35,9 +35,30 @@ var destinationReasons = map[string]bool{
 
 // WaitsOnDestination reports whether the action's conditions say it waits because of its destination, so
 // that "why" reads the destination too.
+
+// The kinds an ExternalAction's spec.destinationRef names.
+const (
+	kindDestination        = "Destination"
+	kindClusterDestination = "ClusterDestination"
+)
+
 func WaitsOnDestination(xa *actionsv1alpha1.ExternalAction) bool {
 	c := meta.FindStatusCondition(xa.Status.Conditions, actionsv1alpha1.ConditionReady)
 	return c != nil && destinationReasons[c.Reason] && !xa.Status.Phase.Terminal()
+}
+
+// explainSucceeded says how a Succeeded action got its outcome and when it goes.
+func explainSucceeded(say func(string, ...any), st *actionsv1alpha1.ExternalActionStatus, now time.Time) {
+	switch {
+	case st.ReplayedFrom != nil:
+		say("Its outcome was replayed from the tombstone of an earlier object with the same key and fingerprint (uid %s); nothing was sent.", st.ReplayedFrom.UID)
+	case st.Resolution != nil:
+		say("A person decided %q at %s%s; nothing was sent for that decision.", st.Resolution.Decision, stamp(st.Resolution.At.Time), reasonText(st.Resolution.Reason))
+	case st.Response != nil:
+		say("The destination answered %d after %d attempt(s).", st.Response.StatusCode, st.Attempts)
+	}
+	explainRetention(say, st, now)
+	say("Nothing to do.")
 }
 
 // Explain says in plain words what state xa is in and what to do next, one sentence per line. dest is read
@@ -110,16 +131,7 @@ func Explain(xa *actionsv1alpha1.ExternalAction, dest *DestinationState, now tim
 			say("Nothing to do: wait, or follow it with kubectl actionledger history %s.", name)
 		}
 	case actionsv1alpha1.PhaseSucceeded:
-		switch {
-		case st.ReplayedFrom != nil:
-			say("Its outcome was replayed from the tombstone of an earlier object with the same key and fingerprint (uid %s); nothing was sent.", st.ReplayedFrom.UID)
-		case st.Resolution != nil:
-			say("A person decided %q at %s%s; nothing was sent for that decision.", st.Resolution.Decision, stamp(st.Resolution.At.Time), reasonText(st.Resolution.Reason))
-		case st.Response != nil:
-			say("The destination answered %d after %d attempt(s).", st.Response.StatusCode, st.Attempts)
-		}
-		explainRetention(say, st, now)
-		say("Nothing to do.")
+		explainSucceeded(say, st, now)
 	case actionsv1alpha1.PhaseFailed:
 		switch {
 		case st.Resolution != nil:
@@ -155,10 +167,10 @@ func Explain(xa *actionsv1alpha1.ExternalAction, dest *DestinationState, now tim
 func explainDestination(say func(string, ...any), xa *actionsv1alpha1.ExternalAction, dest *DestinationState, reason string) {
 	kind, name := xa.Spec.DestinationRef.Kind, xa.Spec.DestinationRef.Name
 	if kind == "" {
-		kind = "Destination"
+		kind = kindDestination
 	}
 	ref := kind + " " + name
-	if kind == "Destination" {
+	if kind == kindDestination {
 		ref += " in namespace " + xa.Namespace
 	}
 	say("Nothing is sent while its destination cannot be used.")
@@ -247,7 +259,7 @@ func (p *Plugin) destinationState(ctx context.Context, xa *actionsv1alpha1.Exter
 	ds := &DestinationState{Kind: xa.Spec.DestinationRef.Kind, Name: xa.Spec.DestinationRef.Name, Found: true}
 	var conds []metav1.Condition
 	var err error
-	if ds.Kind == "ClusterDestination" {
+	if ds.Kind == kindClusterDestination {
 		d := &actionsv1alpha1.ClusterDestination{}
 		err = p.Client.Get(ctx, client.ObjectKey{Name: ds.Name}, d)
 		conds = d.Status.Conditions
