@@ -34,7 +34,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -80,24 +79,6 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// syncBuffer is an io.Writer safe for a process's output goroutines and the test's reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // freeAddr returns a loopback address nobody listens on.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -111,7 +92,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // runLocal starts hack/run-local.sh with its state in dir and returns the command and its output.
-func runLocal(t *testing.T, dir string, extraEnv ...string) (*exec.Cmd, *syncBuffer) {
+func runLocal(t *testing.T, dir string, extraEnv ...string) (*exec.Cmd, *envtestutil.SyncBuffer) {
 	t.Helper()
 	script := filepath.Join(envtestutil.RepoRoot(), "hack", "run-local.sh")
 	cmd := exec.CommandContext(context.Background(), script) //nolint:gosec // the repo's script
@@ -127,7 +108,7 @@ func runLocal(t *testing.T, dir string, extraEnv ...string) (*exec.Cmd, *syncBuf
 		"RUN_LOCAL_TIMEOUT=120",
 	)
 	cmd.Env = append(cmd.Env, extraEnv...)
-	out := &syncBuffer{}
+	out := &envtestutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, so that a failed test can stop the script and whatever it started.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -138,7 +119,7 @@ func runLocal(t *testing.T, dir string, extraEnv ...string) (*exec.Cmd, *syncBuf
 }
 
 // waitExit waits for cmd, killing its process group after timeout.
-func waitExit(t *testing.T, cmd *exec.Cmd, out *syncBuffer, timeout time.Duration) error {
+func waitExit(t *testing.T, cmd *exec.Cmd, out *envtestutil.SyncBuffer, timeout time.Duration) error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -275,7 +256,7 @@ func TestRunLocal(t *testing.T) {
 // manager is a running bin/actionledger process.
 type manager struct {
 	cmd *exec.Cmd
-	log *syncBuffer
+	log *envtestutil.SyncBuffer
 }
 
 // managerExtraArgs are flags startManager adds (set by startManagerArgs).
@@ -291,7 +272,7 @@ func startManager(t *testing.T, kubeconfig string) *manager {
 		"--destination-allow-cidrs=127.0.0.1/32"}, // the demo destination listens on loopback, denied by default
 		managerExtraArgs...)
 	cmd := exec.CommandContext(context.Background(), bin, args...) //nolint:gosec // the binary TestMain built
-	log := &syncBuffer{}
+	log := &envtestutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

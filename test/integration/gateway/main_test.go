@@ -5,7 +5,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -13,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,28 +38,10 @@ var (
 	metrics  []string // their metrics base URLs
 )
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *envtestutil.SyncBuffer
 }
 
 var procs []*proc
@@ -191,7 +171,7 @@ func setup(dir string) error {
 
 func start(name, bin string, args ...string) error {
 	cmd := exec.CommandContext(context.Background(), bin, args...) //nolint:gosec // the binary TestMain built
-	out := &syncBuffer{}
+	out := &envtestutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -110,7 +109,7 @@ func TestRefundWaitsBehindUnknownCharge(t *testing.T) {
 			}
 			continue
 		}
-		annotate(t, ns, "charge-order-"+c.order, map[string]string{actionsv1alpha1.AnnotationResolve: c.decision})
+		env.Annotate(t, ns, "charge-order-"+c.order, map[string]string{actionsv1alpha1.AnnotationResolve: c.decision})
 	}
 	for _, c := range cases {
 		env.WaitPhase(t, ns, "refund-order-"+c.order, actionsv1alpha1.PhaseSucceeded, 30*time.Second)
@@ -195,20 +194,4 @@ func checkWideColumns(t *testing.T, ns, name, subject, reason string) {
 	if cells["SUBJECT"] != subject || cells["REASON"] != reason || !strings.Contains(fmt.Sprint(cells["MESSAGE"]), "held by") {
 		t.Errorf("kubectl get xa -o wide cells = %v", cells)
 	}
-}
-
-// annotate sets annotations on the action, retrying on conflicts.
-func annotate(t *testing.T, ns, name string, kv map[string]string) {
-	t.Helper()
-	env.WaitFor(t, ns, name, 10*time.Second, "annotation update", func(xa *actionsv1alpha1.ExternalAction) bool {
-		if xa.Annotations == nil {
-			xa.Annotations = map[string]string{}
-		}
-		maps.Copy(xa.Annotations, kv)
-		err := env.Client.Update(context.Background(), xa)
-		if err != nil && !apierrors.IsConflict(err) {
-			t.Fatalf("annotating %s/%s: %v", ns, name, err)
-		}
-		return err == nil
-	})
 }

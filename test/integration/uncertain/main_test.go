@@ -5,13 +5,10 @@
 package uncertain
 
 import (
-	"context"
-	"maps"
 	"strings"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -64,22 +61,6 @@ func sameKey(t *testing.T, log []destination.Received, key string) {
 			t.Errorf("request %d carried Idempotency-Key %q, want %q", i+1, got, key)
 		}
 	}
-}
-
-// annotate sets annotations on the action, retrying on conflicts.
-func annotate(t *testing.T, ns, name string, kv map[string]string) {
-	t.Helper()
-	env.WaitFor(t, ns, name, 10*time.Second, "annotation update", func(xa *actionsv1alpha1.ExternalAction) bool {
-		if xa.Annotations == nil {
-			xa.Annotations = map[string]string{}
-		}
-		maps.Copy(xa.Annotations, kv)
-		err := env.Client.Update(context.Background(), xa)
-		if err != nil && !apierrors.IsConflict(err) {
-			t.Fatalf("annotating %s/%s: %v", ns, name, err)
-		}
-		return err == nil
-	})
 }
 
 func historyResults(xa *actionsv1alpha1.ExternalAction) string {

@@ -42,11 +42,11 @@ func TestDecisionsByPeople(t *testing.T) {
 	}
 	env.WaitPhase(t, ns, "d-exhausted", actionsv1alpha1.PhaseExhausted, 30*time.Second)
 
-	annotate(t, ns, "d-applied", map[string]string{actionsv1alpha1.AnnotationResolve: "applied", actionsv1alpha1.AnnotationResolveReason: "seen in the ledger"})
-	annotate(t, ns, "d-not-applied", map[string]string{actionsv1alpha1.AnnotationResolve: "not-applied"})
-	annotate(t, ns, "d-retry", map[string]string{actionsv1alpha1.AnnotationResolve: "retry"})
-	annotate(t, ns, "d-maybe", map[string]string{actionsv1alpha1.AnnotationResolve: "maybe"})
-	annotate(t, ns, "d-exhausted", map[string]string{actionsv1alpha1.AnnotationResolve: "retry"})
+	env.Annotate(t, ns, "d-applied", map[string]string{actionsv1alpha1.AnnotationResolve: "applied", actionsv1alpha1.AnnotationResolveReason: "seen in the ledger"})
+	env.Annotate(t, ns, "d-not-applied", map[string]string{actionsv1alpha1.AnnotationResolve: "not-applied"})
+	env.Annotate(t, ns, "d-retry", map[string]string{actionsv1alpha1.AnnotationResolve: "retry"})
+	env.Annotate(t, ns, "d-maybe", map[string]string{actionsv1alpha1.AnnotationResolve: "maybe"})
+	env.Annotate(t, ns, "d-exhausted", map[string]string{actionsv1alpha1.AnnotationResolve: "retry"})
 
 	for _, tc := range []struct {
 		name     string
