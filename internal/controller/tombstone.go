@@ -71,6 +71,15 @@ func (r *ExternalActionReconciler) checkTombstone(ctx context.Context, xa *actio
 // writeTombstone records the action's key binding and outcome before its object goes (DESIGN rules 7 and 8).
 // It is idempotent: an existing tombstone for the same fingerprint is kept.
 func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actionsv1alpha1.ExternalAction) error {
+	if IsTrimmed(xa) && r.APIReader != nil {
+		// The cached copy of a finished action lacks its response (TrimFinished); the tombstone keeps it, so it
+		// is written from a fresh copy.
+		fresh := &actionsv1alpha1.ExternalAction{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(xa), fresh); err != nil {
+			return fmt.Errorf("reading %s/%s whole for its tombstone: %w", xa.Namespace, xa.Name, err)
+		}
+		xa = fresh
+	}
 	st := &xa.Status
 	if st.Fingerprint == "" || st.Phase == actionsv1alpha1.PhaseConflict || (st.Attempts == 0 && st.ReplayedFrom == nil) {
 		return nil // nothing was bound or sent under this object
