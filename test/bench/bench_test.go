@@ -353,6 +353,7 @@ func throughputAt(t *testing.T, e *envtestutil.Env, bin, dir string, n, creators
 	meter := newCPUMeter(e, p.cmd.Process.Pid)
 	cpu0 := meter.read()
 
+	prof := startProfile(t, e, n)
 	created := make([]time.Time, n)
 	var failed atomic.Bool
 	create := func(i int) {
@@ -399,6 +400,10 @@ func throughputAt(t *testing.T, e *envtestutil.Env, bin, dir string, n, creators
 		lat = append(lat, float64(d.Sub(created[i]).Microseconds())/1000)
 	}
 	cpu1 := meter.read()
+	prof.finish(t, e)
+	if prof != nil {
+		t.Logf("the benchmark's watch made %d watch requests", w.watches.Load())
+	}
 	writes := settledWrites(t, e)
 	elapsed := last.Sub(start).Seconds()
 	return Run{Actions: n, Creators: creators, Reconciles: reconciles, RatePerSec: rate, Seconds: elapsed,

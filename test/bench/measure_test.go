@@ -15,6 +15,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,6 +31,8 @@ type watcher struct {
 	done   map[string]time.Time
 	other  map[string]actionsv1alpha1.Phase
 	cancel context.CancelFunc
+	// watches counts the watch requests this watcher made (1 + reconnects).
+	watches atomic.Int64
 }
 
 func watchSucceeded(t *testing.T, e *envtestutil.Env, ns string) *watcher {
@@ -44,20 +47,37 @@ func watchSucceeded(t *testing.T, e *envtestutil.Env, ns string) *watcher {
 	started := make(chan struct{})
 	go func() {
 		first := true
+		// rv is the last resourceVersion this watch saw. The first watch has none and starts with the existing
+		// objects; a reconnect resumes from rv, so it misses nothing and does not replay the namespace. (The API
+		// server closes a watcher that falls behind, "unresponsive"; under load this one did ~150 times in a
+		// 10,000-action run, and replaying every object on each reconnect made the API server's CPU per action
+		// grow with the object count: docs/benchmarks.md, "Work that grows with the object count".) If rv is too
+		// old (410 Expired, an Error event), the next watch starts over with the existing objects.
+		rv := ""
 		for ctx.Err() == nil {
-			// No resourceVersion: the watch starts with the existing objects, so a reconnect misses nothing.
-			wi, err := wc.Watch(ctx, &actionsv1alpha1.ExternalActionList{}, client.InNamespace(ns))
+			wi, err := wc.Watch(ctx, &actionsv1alpha1.ExternalActionList{}, client.InNamespace(ns),
+				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+			w.watches.Add(1)
 			if first {
 				close(started)
 				first = false
 			}
 			if err != nil {
+				rv = ""
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
 			for ev := range wi.ResultChan() {
+				if ev.Type == watch.Error {
+					rv = ""
+					continue
+				}
 				xa, ok := ev.Object.(*actionsv1alpha1.ExternalAction)
 				if !ok {
+					continue
+				}
+				rv = xa.ResourceVersion
+				if ev.Type == watch.Bookmark {
 					continue
 				}
 				now := time.Now()

@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/actionledger/actionledger/test/envtestutil"
+)
+
+// profiler is the optional profiling of a throughput run (BENCH_PROFILE_DIR): a CPU profile of the
+// kube-apiserver (its /debug/pprof/profile, served because kube-apiserver's --profiling defaults to true)
+// over BENCH_PROFILE_SECONDS (default 10) from a delay of BENCH_PROFILE_DELAY seconds (default 0) after the
+// first create, and the API server's apiserver_request_total for every verb, before and after the run.
+type profiler struct {
+	dir    string
+	name   string
+	before map[string]float64
+	done   chan struct{}
+}
+
+func startProfile(t *testing.T, e *envtestutil.Env, n int) *profiler {
+	t.Helper()
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	p := &profiler{dir: dir, name: fmt.Sprintf("%d-%s", n, time.Now().UTC().Format("150405")), before: allRequests(t, e), done: make(chan struct{})}
+	secs := intEnv("BENCH_PROFILE_SECONDS", 10)
+	delay := time.Duration(intEnv("BENCH_PROFILE_DELAY", 0)) * time.Second
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.done)
+		time.Sleep(delay)
+		body, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(secs)).
+			DoRaw(context.Background())
+		if err != nil {
+			t.Logf("API server profile: %v", err)
+			return
+		}
+		_ = os.WriteFile(filepath.Join(dir, "apiserver-"+p.name+".pprof"), body, 0o600)
+	}()
+	return p
+}
+
+// finish waits for the profile and writes the request counts of the run, by resource|verb|subresource|code.
+func (p *profiler) finish(t *testing.T, e *envtestutil.Env) {
+	t.Helper()
+	if p == nil {
+		return
+	}
+	<-p.done
+	after := allRequests(t, e)
+	var lines []string
+	for k, v := range after {
+		if d := v - p.before[k]; d > 0 {
+			lines = append(lines, fmt.Sprintf("%s %.0f", k, d))
+		}
+	}
+	slices.Sort(lines)
+	_ = os.WriteFile(filepath.Join(p.dir, "requests-"+p.name+".txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o600)
+}
+
+// allRequests is apiserver_request_total for every verb (LIST and WATCH included), keyed
+// resource|verb|subresource|code.
+func allRequests(t *testing.T, e *envtestutil.Env) map[string]float64 {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("reading API server metrics: %v", err)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "apiserver_terminated_watchers_total{") || strings.HasPrefix(line, "apiserver_watch_events_total{") {
+			v, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+			out[line[:strings.LastIndex(line, " ")]] += v
+			continue
+		}
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		v, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		out[strings.Join([]string{label(line, "resource"), label(line, "verb"), label(line, "subresource"), label(line, "code")}, "|")] += v
+	}
+	return out
+}
