@@ -34,7 +34,7 @@ func startProfile(t *testing.T, e *envtestutil.Env, n int) *profiler {
 	if dir == "" {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil { //nolint:gosec // BENCH_PROFILE_DIR is the user's own choice
 		t.Fatal(err)
 	}
 	p := &profiler{dir: dir, name: fmt.Sprintf("%d-%s", n, time.Now().UTC().Format("150405")), before: allRequests(t, e), done: make(chan struct{})}
@@ -53,7 +53,7 @@ func startProfile(t *testing.T, e *envtestutil.Env, n int) *profiler {
 			t.Logf("API server profile: %v", err)
 			return
 		}
-		_ = os.WriteFile(filepath.Join(dir, "apiserver-"+p.name+".pprof"), body, 0o600)
+		_ = os.WriteFile(filepath.Join(dir, "apiserver-"+p.name+".pprof"), body, 0o600) //nolint:gosec // BENCH_PROFILE_DIR is the user's own choice
 	}()
 	return p
 }
