@@ -200,19 +200,8 @@ func (w Writes) String() string {
 // keyed resource|verb|subresource|code.
 func apiWrites(t *testing.T, e *envtestutil.Env) map[string]float64 {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(e.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		t.Fatalf("reading API server metrics: %v", err)
-	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(body)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range apiServerMetrics(t, e) {
 		if !strings.HasPrefix(line, "apiserver_request_total{") {
 			continue
 		}
@@ -221,10 +210,40 @@ func apiWrites(t *testing.T, e *envtestutil.Env) map[string]float64 {
 		default:
 			continue
 		}
-		v, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-		out[strings.Join([]string{label(line, "resource"), label(line, "verb"), label(line, "subresource"), label(line, "code")}, "|")] += v
+		out[requestKey(line)] += sampleValue(line)
 	}
 	return out
+}
+
+// apiServerMetrics returns the lines of the API server's /metrics (Prometheus text format).
+func apiServerMetrics(t *testing.T, e *envtestutil.Env) []string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("reading API server metrics: %v", err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	return lines
+}
+
+// requestKey is an apiserver_request_total sample's key: resource|verb|subresource|code.
+func requestKey(line string) string {
+	return strings.Join([]string{label(line, "resource"), label(line, "verb"), label(line, "subresource"), label(line, "code")}, "|")
+}
+
+// sampleValue is the value of a Prometheus text-format sample line (0 when it does not parse).
+func sampleValue(line string) float64 {
+	v, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+	return v
 }
 
 // perAction turns the difference of two apiWrites readings into Writes per action.

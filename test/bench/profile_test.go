@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -80,29 +79,16 @@ func (p *profiler) finish(t *testing.T, e *envtestutil.Env) {
 // resource|verb|subresource|code.
 func allRequests(t *testing.T, e *envtestutil.Env) map[string]float64 {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(e.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		t.Fatalf("reading API server metrics: %v", err)
-	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(body)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range apiServerMetrics(t, e) {
 		if strings.HasPrefix(line, "apiserver_terminated_watchers_total{") || strings.HasPrefix(line, "apiserver_watch_events_total{") {
-			v, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-			out[line[:strings.LastIndex(line, " ")]] += v
+			out[line[:strings.LastIndex(line, " ")]] += sampleValue(line)
 			continue
 		}
 		if !strings.HasPrefix(line, "apiserver_request_total{") {
 			continue
 		}
-		v, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-		out[strings.Join([]string{label(line, "resource"), label(line, "verb"), label(line, "subresource"), label(line, "code")}, "|")] += v
+		out[requestKey(line)] += sampleValue(line)
 	}
 	return out
 }
