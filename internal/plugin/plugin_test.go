@@ -459,3 +459,23 @@ func TestBinaryAsKubectlPlugin(t *testing.T) {
 		t.Errorf("a bad decision: %v, %s", err, lines(out))
 	}
 }
+
+// "why" on an action that waits behind another action of the same subject names that action and, when its
+// outcome is unknown, the command that shows what to decide.
+func TestExplainSubject(t *testing.T) {
+	xa := &actionsv1alpha1.ExternalAction{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "refund-19"}}
+	xa.Spec.Subject = "order/19"
+	withPhase(&xa.Status, actionsv1alpha1.PhasePending, actionsv1alpha1.ReasonSubjectOutcomeUnknown,
+		`subject "order/19" is held by ExternalAction charge-19, whose outcome is unknown; nothing is sent until a person decides it`)
+	out := strings.Join(plugin.Explain(xa, nil, time.Now()), "\n")
+	mustContain(t, "stalled", out, `share the subject "order/19" run one at a time`, "It is Stalled: charge-19 holds the subject",
+		"kubectl actionledger why charge-19 -n shop", "resumes by itself once charge-19 is resolved or deleted")
+
+	withPhase(&xa.Status, actionsv1alpha1.PhasePending, actionsv1alpha1.ReasonWaitingForSubject,
+		`subject "order/19" is held by ExternalAction charge-19; nothing is sent until it finishes, is resolved or is deleted`)
+	out = strings.Join(plugin.Explain(xa, nil, time.Now()), "\n")
+	mustContain(t, "waiting", out, "It goes once charge-19 finishes, is resolved or is deleted. Nothing to do: wait.")
+	if strings.Contains(out, "Stalled") {
+		t.Errorf("a plain wait is explained as a stall:\n%s", out)
+	}
+}

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -111,6 +112,8 @@ func Explain(xa *actionsv1alpha1.ExternalAction, dest *DestinationState, now tim
 			say("The controller has not recorded anything yet: check that the actionledger manager is running and watching namespace %s.", xa.Namespace)
 		case destinationReasons[reason]:
 			explainDestination(say, xa, dest, reason)
+		case reason == actionsv1alpha1.ReasonWaitingForSubject || reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown:
+			explainSubject(say, xa, reason, message)
 		case st.Claim != nil && now.Before(st.Claim.ExpiresAt.Time):
 			say("Attempt %d was sent at %s by %s and its outcome is not recorded yet; the claim expires at %s (%s).",
 				st.Claim.Attempt, stamp(st.Claim.StartedAt.Time), st.Claim.Holder, stamp(st.Claim.ExpiresAt.Time), until(now, st.Claim.ExpiresAt.Time))
@@ -279,4 +282,26 @@ func (p *Plugin) destinationState(ctx context.Context, xa *actionsv1alpha1.Exter
 	}
 	ds.Ready = meta.FindStatusCondition(conds, actionsv1alpha1.ConditionReady)
 	return ds, nil
+}
+
+// subjectHolderName finds the name of the other action in a WaitingForSubject or SubjectOutcomeUnknown
+// condition message (the controller writes "... ExternalAction <name> ..."); "" when it names none.
+var subjectHolderName = regexp.MustCompile(`ExternalAction ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)`)
+
+// explainSubject says why an action with spec.subject sends nothing yet, and what to do about it.
+func explainSubject(say func(string, ...any), xa *actionsv1alpha1.ExternalAction, reason, message string) {
+	other := "the action named above"
+	if m := subjectHolderName.FindStringSubmatch(message); m != nil {
+		other = m[1]
+	}
+	say("Actions of namespace %s that share the subject %q run one at a time, in creation order; this one has sent nothing.",
+		xa.Namespace, xa.Spec.Subject)
+	if reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown {
+		say("It is Stalled: %s holds the subject and its outcome is unknown, so nothing can go after it until a person decides it.", other)
+		say("See what to decide with:")
+		say("  kubectl actionledger why %s -n %s", other, xa.Namespace)
+		say("This one resumes by itself once %s is resolved or deleted.", other)
+		return
+	}
+	say("It goes once %s finishes, is resolved or is deleted. Nothing to do: wait.", other)
 }
