@@ -43,6 +43,27 @@ for f in externalaction-finalizer.yaml externalaction-finalizer-binding.yaml; do
   { echo "${cond}"; cat "${f}"; echo '{{- end }}'; } >"${f}.tmp"
   mv "${f}.tmp" "${f}"
 done
+# The alerts (config/prometheus/rules.yaml, a PrometheusRule) are not in config/default, so the plugin does
+# not see them: they are rendered here into templates/prometheus/rules.yaml, shown when
+# .Values.prometheus.enabled and .Values.prometheus.rules.enabled. The rules' own Go templates
+# ({{ $value }}, {{ $labels }}) are escaped so that Helm passes them through to Prometheus unchanged.
+rules="${tmp}/dist/chart/templates/prometheus/rules.yaml"
+mkdir -p "$(dirname "${rules}")"
+{
+  echo '{{- if and .Values.prometheus.enabled .Values.prometheus.rules.enabled }}'
+  awk '
+    /^#/ && !started { next }
+    { started = 1 }
+    /^  name: alerts$/ { print "  name: {{ include \"actionledger.resourceName\" (dict \"suffix\" \"alerts\" \"context\" $) }}"; next }
+    /^  namespace: system$/ { print "  namespace: {{ .Release.Namespace }}"; next }
+    /^    app.kubernetes.io\/managed-by: kustomize$/ { print "    app.kubernetes.io/managed-by: {{ .Release.Service }}"; next }
+    {
+      gsub(/\{\{/, "\001"); gsub(/\}\}/, "\002")
+      gsub(/\001/, "{{ \"{{\" }}"); gsub(/\002/, "{{ \"}}\" }}")
+      print
+    }' "${root}/config/prometheus/rules.yaml"
+  echo '{{- end }}'
+} >"${rules}"
 if [[ -d "${root}/dist/chart/templates/hand-kept" ]]; then
   cp -R "${root}/dist/chart/templates/hand-kept" "${tmp}/dist/chart/templates/hand-kept"
 fi

@@ -366,3 +366,42 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// With prometheus.enabled the chart renders the alerts of config/prometheus as a PrometheusRule whose groups
+// are exactly config/prometheus's, with the rules' own {{ $value }} templates passed through Helm unchanged;
+// prometheus.rules.enabled=false leaves it out, and so does the default (prometheus.enabled=false).
+func TestHelmChartRendersAlerts(t *testing.T) {
+	rules := func(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+		var out []*unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetKind() == "PrometheusRule" {
+				out = append(out, o)
+			}
+		}
+		return out
+	}
+	var want *unstructured.Unstructured
+	for _, o := range rules(render(t, "config/prometheus")) {
+		want = o
+	}
+	if want == nil {
+		t.Fatal("config/prometheus renders no PrometheusRule")
+	}
+	got := rules(helmTemplate(t, "--set", "prometheus.enabled=true"))
+	if len(got) != 1 {
+		t.Fatalf("prometheus.enabled=true renders %d PrometheusRules, want 1: run 'make helm-chart'", len(got))
+	}
+	if got[0].GetNamespace() != installNamespace {
+		t.Errorf("the PrometheusRule is in namespace %q, want the release's %q", got[0].GetNamespace(), installNamespace)
+	}
+	if !equality.Semantic.DeepEqual(want.Object["spec"], got[0].Object["spec"]) {
+		t.Errorf("the chart's alerts differ from config/prometheus/rules.yaml: run 'make helm-chart'\nchart: %v\nconfig: %v",
+			got[0].Object["spec"], want.Object["spec"])
+	}
+	if n := len(rules(helmTemplate(t, "--set", "prometheus.enabled=true", "--set", "prometheus.rules.enabled=false"))); n != 0 {
+		t.Errorf("prometheus.rules.enabled=false renders %d PrometheusRules, want 0", n)
+	}
+	if n := len(rules(helmTemplate(t))); n != 0 {
+		t.Errorf("the default values render %d PrometheusRules, want 0", n)
+	}
+}
