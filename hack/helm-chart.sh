@@ -43,6 +43,15 @@ for f in externalaction-finalizer.yaml externalaction-finalizer-binding.yaml; do
   { echo "${cond}"; cat "${f}"; echo '{{- end }}'; } >"${f}.tmp"
   mv "${f}.tmp" "${f}"
 done
+# The gateway (config/gateway) is the manager's binary ('/manager gateway'): its image follows
+# .Values.manager.image like the manager's, which the plugin does only for the manager's Deployment.
+gw="${tmp}/dist/chart/templates/extras/gateway.yaml"
+[[ -f "${gw}" ]] || { echo "helm-chart.sh: the plugin did not produce templates/extras/gateway.yaml (did config/gateway change?)" >&2; exit 1; }
+img=$(grep -m1 -E '^ +image: "\{\{ \.Values\.manager\.image\.repository' "${tmp}/dist/chart/templates/manager/manager.yaml" | sed -E 's/^ +image: //')
+[[ -n "${img}" ]] || { echo "helm-chart.sh: no templated image line in templates/manager/manager.yaml" >&2; exit 1; }
+grep -q '^        image: controller:latest$' "${gw}" || { echo "helm-chart.sh: templates/extras/gateway.yaml has no 'image: controller:latest' line" >&2; exit 1; }
+IMG="${img}" awk '$0 == "        image: controller:latest" { print "        image: " ENVIRON["IMG"]; next } { print }' "${gw}" >"${gw}.tmp"
+mv "${gw}.tmp" "${gw}"
 # The alerts (config/prometheus/rules.yaml, a PrometheusRule) are not in config/default, so the plugin does
 # not see them: they are rendered here into templates/prometheus/rules.yaml, shown when
 # .Values.prometheus.enabled and .Values.prometheus.rules.enabled. The rules' own Go templates

@@ -167,6 +167,20 @@ func TestHelmChartRendersAndDryRunApplies(t *testing.T) {
 		if len(cs) != 1 || cs[0].(map[string]any)["image"] != "registry.example/actionledger:v9.9.9" {
 			t.Errorf("manager.image.repository/tag do not set the manager image: containers %v", cs)
 		}
+		// The gateway runs the same binary ('/manager gateway'), so it takes the same image.
+		var gw *unstructured.Unstructured
+		for _, o := range full {
+			if o.GetKind() == "Deployment" && o.GetLabels()["app.kubernetes.io/component"] == "gateway" {
+				gw = o
+			}
+		}
+		if gw == nil {
+			t.Fatalf("no gateway Deployment in the render: %v", keys(full))
+		}
+		gcs, _, _ := unstructured.NestedSlice(gw.Object, "spec", "template", "spec", "containers")
+		if len(gcs) != 1 || gcs[0].(map[string]any)["image"] != "registry.example/actionledger:v9.9.9" {
+			t.Errorf("manager.image.repository/tag do not set the gateway's image: containers %v", gcs)
+		}
 		dryRunApply(t, full)
 	})
 	t.Run("namespaced RBAC", func(t *testing.T) {
