@@ -132,7 +132,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Cache: cache.Options{
 			// Keep managedFields out of the cache: they are most of an object's size and never read.
 			DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject: cacheByObject(),
+			ByObject:         cacheByObject(),
 			NewInformer: func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration,
 				idx toolscache.Indexers) toolscache.SharedIndexInformer {
 				if _, ok := obj.(*actionsv1alpha1.ExternalAction); ok {

@@ -120,7 +120,7 @@ type ExternalActionReconciler struct {
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations;clusterdestinations,verbs=get;list;watch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations/status;clusterdestinations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=actiontombstones,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -48,6 +48,12 @@ type heldOutputs struct {
 	err error
 }
 
+// Kinds of output objects, as status.outputs.kind names them.
+const (
+	kindSecret    = "Secret"
+	kindConfigMap = "ConfigMap"
+)
+
 // outputMeta is a metadata-only copy of a Secret or ConfigMap (the manager caches only the metadata of output
 // objects, OutputCacheOptions).
 func outputMeta(kind string) *metav1.PartialObjectMetadata {
@@ -64,17 +70,17 @@ func OutputCacheOptions() map[client.Object]cache.ByObject {
 	}
 	sel := labels.NewSelector().Add(*req)
 	return map[client.Object]cache.ByObject{
-		outputMeta("Secret"):    {Label: sel},
-		outputMeta("ConfigMap"): {Label: sel},
+		outputMeta(kindSecret):    {Label: sel},
+		outputMeta(kindConfigMap): {Label: sel},
 	}
 }
 
 // outputTarget is the kind and name of xa's output object.
 func outputTarget(xa *actionsv1alpha1.ExternalAction) (string, string) {
 	if o := xa.Spec.Outputs; o != nil && o.ConfigMapName != "" {
-		return "ConfigMap", o.ConfigMapName
+		return kindConfigMap, o.ConfigMapName
 	}
-	return "Secret", xa.Spec.Outputs.SecretName
+	return kindSecret, xa.Spec.Outputs.SecretName
 }
 
 // checkOutputs compiles every expression of spec.outputs.values (an error is an InvalidSpec: nothing is sent).
@@ -215,7 +221,7 @@ func (r *ExternalActionReconciler) newOutputObject(xa *actionsv1alpha1.ExternalA
 		Annotations: map[string]string{actionsv1alpha1.AnnotationOutputOf: xa.Name, actionsv1alpha1.AnnotationOutputOfUID: string(xa.UID)},
 	}
 	var obj client.Object
-	if kind == "ConfigMap" {
+	if kind == kindConfigMap {
 		obj = &corev1.ConfigMap{ObjectMeta: om, Data: values}
 	} else {
 		data := make(map[string][]byte, len(values))
@@ -321,7 +327,7 @@ func (r *ExternalActionReconciler) findOutputs(ctx context.Context, xa *actionsv
 	kind, name := outputTarget(xa)
 	out := actionsv1alpha1.OutputsStatus{Kind: kind, Name: name}
 	var obj client.Object = &corev1.Secret{}
-	if kind == "ConfigMap" {
+	if kind == kindConfigMap {
 		obj = &corev1.ConfigMap{}
 	}
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: name}, obj)
