@@ -364,3 +364,54 @@ func TestOutputsOnTombstoneReplay(t *testing.T) {
 		}
 	}
 }
+
+// The expressions see the response with the destination's Secret values redacted, as status does: a
+// destination that echoes its credential cannot make an output carry it. They see the whole body, beyond the
+// 4096 bytes status keeps.
+func TestOutputsRedactedAndWholeBody(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	const token = "tok-9d2e6b1a0c47" //nolint:gosec // G101: a test credential
+	srv, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.Create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cred"}, StringData: map[string]string{"token": token}})
+	env.CreateDestination(t, ns, "shop", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.Auth = &actionsv1alpha1.AuthConfig{BearerToken: &actionsv1alpha1.SecretKeySelector{Name: "cred", Key: "token"}}
+	})
+	srv.Script(ns+"/echo", destination.Step{Status: 201, Apply: true,
+		Body: `{"padding":"` + strings.Repeat("p", 8000) + `","echo":"Bearer ` + token + `","id":"ord_7"}`})
+	env.StartManager(t, app.Options{})
+	env.Create(t, outputAction(ns, "echo", "shop", "echo-out", false, map[string]actionsv1alpha1.OutputExpression{
+		"echo": "response.body.echo", "id": "response.body.id"}))
+	xa := outputsReason(t, ns, "echo", actionsv1alpha1.ReasonOutputsWritten)
+	if !xa.Status.Response.BodyTruncated {
+		t.Fatalf("status.response is not truncated: the test does not show the whole body is read")
+	}
+	sec := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "echo-out"}, sec); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(sec.Data["echo"]); strings.Contains(got, token) || !strings.Contains(got, "[REDACTED]") || string(sec.Data["id"]) != "ord_7" {
+		t.Errorf("outputs = echo %q, id %q; want the token redacted and the id from past byte 4096", got, sec.Data["id"])
+	}
+}
+
+// A person's decision "applied" on an OutcomeUnknown action makes it Succeeded without a response: the outputs
+// are not available (OutputsNotAvailable, Ready False), and nothing is sent.
+func TestOutputsAfterDecisionApplied(t *testing.T) {
+	ns := env.Namespace(t)
+	srv, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.CreateDestination(t, ns, "slow", url, func(s *actionsv1alpha1.DestinationSpec) { s.Timeout = durationp(time.Second) })
+	srv.Script(ns+"/unsure", destination.Step{Status: 201, Body: `{"id":"late"}`, Delay: 3 * time.Second, Apply: true})
+	env.StartManager(t, app.Options{})
+	env.Create(t, outputAction(ns, "unsure", "slow", "unsure-out", false, map[string]actionsv1alpha1.OutputExpression{"id": "response.body.id"}))
+	env.WaitPhase(t, ns, "unsure", actionsv1alpha1.PhaseOutcomeUnknown, 15*time.Second)
+	env.Annotate(t, ns, "unsure", map[string]string{actionsv1alpha1.AnnotationResolve: actionsv1alpha1.DecisionApplied})
+	xa := outputsReason(t, ns, "unsure", actionsv1alpha1.ReasonOutputsNotAvailable)
+	if xa.Status.Phase != actionsv1alpha1.PhaseSucceeded || condition(xa, actionsv1alpha1.ConditionReady).Status != metav1.ConditionFalse ||
+		!strings.Contains(condition(xa, actionsv1alpha1.ConditionOutputsReady).Message, "a person decided") {
+		t.Errorf("phase %s, conditions %+v", xa.Status.Phase, xa.Status.Conditions)
+	}
+	envtestutil.Consistently(t, time.Second, envtestutil.Say("no Secret, one request"), func() bool {
+		return secretAbsent(t, ns, "unsure-out") && srv.Requests(ns+"/unsure") == 1
+	})
+}
