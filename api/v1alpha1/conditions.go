@@ -28,6 +28,12 @@ const (
 	// once the destination is fixed; and on a Pending action that waits (reason SubjectOutcomeUnknown) behind an
 	// OutcomeUnknown holder of its subject, until a person decides that holder.
 	ConditionStalled = "Stalled"
+	// ConditionOutputsReady is set only on an action with spec.outputs, once it Succeeded: True when the target
+	// Secret or ConfigMap holds the values (reasons OutputsWritten, OutputsRetained), False while they are being
+	// written (OutputsPending) or when they cannot be (OutputMissing, OutputConflict, OutputExpressionFailed,
+	// OutputRefused, OutputLost, OutputsNotAvailable). Ready is True only when OutputsReady is True; in the
+	// False cases other than OutputsPending, Stalled is True (a person must act) and the phase stays Succeeded.
+	ConditionOutputsReady = "OutputsReady"
 )
 
 // Condition reasons (CamelCase, as Kubernetes API conventions ask).
@@ -74,6 +80,37 @@ const (
 	ReasonSubjectOutcomeUnknown = "SubjectOutcomeUnknown"
 )
 
+// Reasons of the OutputsReady condition (spec.outputs); status.outputs.reason repeats the current one.
+const (
+	// ReasonOutputsPending: the action Succeeded and the values, held in the controller's memory only, are being
+	// written to the target (Ready False, Reconciling True).
+	ReasonOutputsPending = "OutputsPending"
+	// ReasonOutputsWritten: the target holds the values taken from the response (OutputsReady and Ready True).
+	ReasonOutputsWritten = "OutputsWritten"
+	// ReasonOutputsRetained: the action was replayed from a tombstone and the retained target (outputs.retain)
+	// written by the earlier object with the same key and fingerprint still exists; it is used as it is.
+	ReasonOutputsRetained = "OutputsRetained"
+	// ReasonOutputMissing: the target was written and has been deleted since; it is not re-created (the values
+	// are kept nowhere else) and nothing is sent again.
+	ReasonOutputMissing = "OutputMissing"
+	// ReasonOutputConflict: an object with the target's name exists that this action did not create; it is
+	// never changed. A Warning Event says so.
+	ReasonOutputConflict = "OutputConflict"
+	// ReasonOutputExpressionFailed: an expression of spec.outputs.values failed on the response (for example a
+	// field missing from the body); nothing is written and nothing is sent again.
+	ReasonOutputExpressionFailed = "OutputExpressionFailed"
+	// ReasonOutputRefused: the API server refused the target as invalid (for example values over its 1 MiB size
+	// limit); nothing is written and nothing is sent again.
+	ReasonOutputRefused = "OutputRefused"
+	// ReasonOutputLost: the controller stopped (or lost leadership) after recording Succeeded and before writing
+	// the target; the values were in its memory only, so they are gone, and nothing is sent again.
+	ReasonOutputLost = "OutputLost"
+	// ReasonOutputsNotAvailable: the outcome did not come from a response of this action's request (a replay from
+	// a tombstone, a person's decision "applied", a post-check that proved the attempt applied), so there is
+	// nothing to take the values from.
+	ReasonOutputsNotAvailable = "OutputsNotAvailable"
+)
+
 // Event reasons of status writes the API server refused as Invalid (docs/security.md).
 const (
 	// ReasonStatusTrimmed: the status was recorded without the destination's response body, headers and
@@ -91,6 +128,14 @@ const (
 	AnnotationResolve = "actions.actionledger.dev/resolve"
 	// AnnotationResolveReason optionally explains the decision; it is copied to status.resolution.reason.
 	AnnotationResolveReason = "actions.actionledger.dev/resolve-reason"
+	// LabelOutput marks a Secret or ConfigMap written for spec.outputs (value "true"); the manager watches and
+	// caches only the metadata of objects with this label.
+	LabelOutput = "actions.actionledger.dev/output"
+	// AnnotationOutputOf, on an output object, is the name of the ExternalAction (same namespace) that wrote it.
+	AnnotationOutputOf = "actions.actionledger.dev/output-of"
+	// AnnotationOutputOfUID, on an output object, is the UID of the ExternalAction that wrote it: an object
+	// without this action's UID is not the action's, and is never changed.
+	AnnotationOutputOfUID = "actions.actionledger.dev/output-of-uid"
 	// Finalizer keeps deletion honest (DESIGN rule 8): the tombstone is written before it is removed.
 	Finalizer = "actions.actionledger.dev/ledger"
 )

@@ -79,9 +79,44 @@ type ActionRequest struct {
 	Body *apiextensionsv1.JSON `json:"body,omitempty"`
 }
 
+// OutputExpression is a CEL expression over the response that gives one output value: a string as it is, a number or boolean in its JSON form, and a list or map as JSON.
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=4096
+type OutputExpression string
+
+// ActionOutputs writes values taken from the response of a Succeeded action into a Secret or ConfigMap of the action's namespace, for the next step of a pipeline.
+// +kubebuilder:validation:XValidation:rule="has(self.secretName) != has(self.configMapName)",message="spec.outputs names exactly one target: set either secretName or configMapName, not both and not neither"
+type ActionOutputs struct {
+	// secretName is the Secret the values are written to, in the action's namespace: a DNS-1123 subdomain of at most 253 characters. The controller creates it; an existing Secret that this action did not create is never changed (reason OutputConflict).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')`,message="spec.outputs.secretName must be a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit; rename the target"
+	SecretName string `json:"secretName,omitempty"`
+
+	// configMapName is the ConfigMap the values are written to, in the action's namespace: a DNS-1123 subdomain of at most 253 characters. Use a ConfigMap only for values that are not secret. The controller creates it; an existing ConfigMap that this action did not create is never changed (reason OutputConflict).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule=`self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')`,message="spec.outputs.configMapName must be a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit; rename the target"
+	ConfigMapName string `json:"configMapName,omitempty"`
+
+	// values maps each data key of the target (1 to 32 keys; letters, digits, '-', '_' and '.', at most 253 characters, not '.' or '..' or starting with '..', as Secret and ConfigMap keys must be) to a CEL expression over `response`, with the same variables as successWhen: `response.statusCode`, `response.headers` and `response.body`. Example: {"orderID": "response.body.id", "location": "response.headers['location']"}. The expressions see the whole response body up to 256 KiB, with the destination's Secret values replaced by "[REDACTED]". An expression that fails (for example a field missing from the body) leaves the target unwritten with reason OutputExpressionFailed; nothing is sent again.
+	// +required
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 253 && k.matches('^[-._a-zA-Z0-9]+$') && k != '.' && !k.startsWith('..'))",message="spec.outputs.values keys must be valid Secret and ConfigMap data keys: letters, digits, '-', '_' and '.', at most 253 characters, and not '.' or '..' or starting with '..'; rename the key"
+	Values map[string]OutputExpression `json:"values"`
+
+	// retain keeps the target when the action is deleted or collected. By default (false) the target has the action as its controller owner (ownerReference), so Kubernetes garbage collection deletes it with the action after ttlSecondsAfterFinished; with true it has no ownerReference and stays until someone deletes it.
+	// +optional
+	Retain bool `json:"retain,omitempty"`
+}
+
 // ExternalActionSpec declares one business action. The object's namespace/name is the idempotency key; destinationRef, request and successWhen form its fingerprint and cannot change.
 // +kubebuilder:validation:XValidation:rule="has(self.successWhen) == has(oldSelf.successWhen)",message="spec.successWhen is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
 // +kubebuilder:validation:XValidation:rule="has(self.subject) == has(oldSelf.subject)",message="spec.subject is immutable: it decides which actions wait for each other. To act on another subject, create a new ExternalAction with a new name"
+// +kubebuilder:validation:XValidation:rule="has(self.outputs) == has(oldSelf.outputs)",message="spec.outputs is immutable: the outputs are decided by the response the action records once. To write other outputs, create a new ExternalAction with a new name"
 type ExternalActionSpec struct {
 	// destinationRef names the Destination or ClusterDestination the action is sent to. It is immutable.
 	// +required
@@ -109,6 +144,11 @@ type ExternalActionSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.subject is immutable: it decides which actions wait for each other. To act on another subject, create a new ExternalAction with a new name"
 	Subject string `json:"subject,omitempty"`
+
+	// outputs writes values taken from the response into a Secret or ConfigMap of the action's namespace once the action Succeeded, and never from another outcome. It is optional, immutable and not part of the fingerprint. The values are kept nowhere else (not in status, events or logs): a target deleted later is not re-created (condition OutputsReady False, reason OutputMissing), and an action replayed from a tombstone has no response to take them from (reason OutputsNotAvailable). Ready is True only once the target is written.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.outputs is immutable: the outputs are decided by the response the action records once. To write other outputs, create a new ExternalAction with a new name"
+	Outputs *ActionOutputs `json:"outputs,omitempty"`
 
 	// ttlSecondsAfterFinished overrides the destination's retention.ttlAfterFinished for this action: how many seconds the finished object is kept, from 0 to 7776000 (90 days).
 	// +optional
@@ -234,6 +274,29 @@ type ReplaySource struct {
 	Phase Phase `json:"phase,omitempty"`
 }
 
+// OutputsStatus names the object that spec.outputs writes and its keys; it never holds a value.
+type OutputsStatus struct {
+	// kind is Secret or ConfigMap.
+	// +kubebuilder:validation:Enum=Secret;ConfigMap
+	Kind string `json:"kind"`
+	// name is the object's name, in the action's namespace.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// keys are the data keys written, sorted; empty until the object is written.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=atomic
+	Keys []string `json:"keys,omitempty"`
+	// writtenAt is when the controller wrote the object (or found it written by this action, or retained by the earlier object this one replays).
+	// +optional
+	WrittenAt *metav1.Time `json:"writtenAt,omitempty"`
+	// reason is the reason of the OutputsReady condition: OutputsWritten or OutputsRetained when the object holds the values; OutputMissing, OutputConflict, OutputExpressionFailed, OutputRefused, OutputLost or OutputsNotAvailable when it does not.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
+}
+
 // Resolution is a person's decision on an OutcomeUnknown or Exhausted action.
 type Resolution struct {
 	// decision is applied, not-applied or retry, as given in the annotation actions.actionledger.dev/resolve.
@@ -291,6 +354,9 @@ type ExternalActionStatus struct {
 	// response is the recorded response of the attempt that decided the outcome.
 	// +optional
 	Response *ResponseRecord `json:"response,omitempty"`
+	// outputs names the object spec.outputs writes and its keys, never the values; it is set once the outputs are settled (see the OutputsReady condition).
+	// +optional
+	Outputs *OutputsStatus `json:"outputs,omitempty"`
 	// resolution is a person's decision, when one was made.
 	// +optional
 	Resolution *Resolution `json:"resolution,omitempty"`
@@ -298,7 +364,7 @@ type ExternalActionStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	LastError string `json:"lastError,omitempty"`
-	// conditions are Ready, Reconciling and Stalled, as kstatus, Flux and Argo CD read them.
+	// conditions are Ready, Reconciling and Stalled, as kstatus, Flux and Argo CD read them, and OutputsReady for an action with spec.outputs.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

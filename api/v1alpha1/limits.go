@@ -55,4 +55,14 @@ const (
 
 	// MaxHeaderValueBytes bounds one ExternalAction header value, in bytes of UTF-8 (8 KiB).
 	MaxHeaderValueBytes = 8192
+
+	// MaxOutputValues bounds the number of keys of ExternalAction spec.outputs.values.
+	MaxOutputValues = 32
+
+	// MaxOutputExpressionLength bounds one expression of spec.outputs.values, in characters.
+	MaxOutputExpressionLength = 4096
+
+	// MaxOutputResponseBytes is how much of the response body the expressions of spec.outputs.values see, in
+	// bytes (256 KiB); status keeps only MaxResponseBodyLength of it.
+	MaxOutputResponseBytes = 256 << 10
 )

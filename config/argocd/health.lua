@@ -1,5 +1,7 @@
 -- Argo CD health check for actions.actionledger.dev/ExternalAction (docs/gitops.md).
---   Succeeded                       -> Healthy
+--   Succeeded                       -> Healthy; with spec.outputs: Progressing while they are written
+--                                      (Ready=False), Degraded when they cannot be (Stalled=True:
+--                                      OutputMissing, OutputConflict, OutputLost, ...)
 --   Pending, InProgress (retrying)  -> Progressing
 --   Pending, InProgress with Stalled=True (the destination is missing or unusable) -> Degraded; it resumes
 --                                      by itself once the destination is fixed
@@ -55,8 +57,18 @@ if obj.status.response ~= nil and obj.status.response.statusCode ~= nil then
 end
 
 if phase == "Succeeded" then
-  hs.status = "Healthy"
-  hs.message = "Succeeded" .. code
+  local ready = condition("Ready")
+  local stalled = condition("Stalled")
+  if stalled ~= nil and stalled.status == "True" then
+    hs.status = "Degraded"
+    hs.message = "Succeeded" .. code .. " (not ready, " .. tostring(stalled.reason) .. "): " .. (stalled.message or "")
+  elseif ready ~= nil and ready.status == "False" then
+    hs.status = "Progressing"
+    hs.message = "Succeeded" .. code .. ": " .. message("writing the outputs")
+  else
+    hs.status = "Healthy"
+    hs.message = "Succeeded" .. code
+  end
 elseif phase == "Pending" or phase == "InProgress" then
   local stalled = condition("Stalled")
   if stalled ~= nil and stalled.status == "True" then

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"time"
@@ -131,11 +132,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Cache: cache.Options{
 			// Keep managedFields out of the cache: they are most of an object's size and never read.
 			DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject: map[client.Object]cache.ByObject{
-				// Finished actions are cached without their history and response body (they are most of the
-				// cache at scale); the reconciler's client refuses to write from such a copy (GuardTrimmed).
-				&actionsv1alpha1.ExternalAction{}: {Transform: controller.TrimFinished},
-			},
+			ByObject:         cacheByObject(),
 			NewInformer: func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration,
 				idx toolscache.Indexers) toolscache.SharedIndexInformer {
 				if _, ok := obj.(*actionsv1alpha1.ExternalAction); ok {
@@ -227,4 +224,16 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("adding ready check: %w", err)
 	}
 	return mgr, nil
+}
+
+// cacheByObject is the manager's per-kind cache configuration.
+func cacheByObject() map[client.Object]cache.ByObject {
+	by := map[client.Object]cache.ByObject{
+		// Finished actions are cached without their history and response body (they are most of the
+		// cache at scale); the reconciler's client refuses to write from such a copy (GuardTrimmed).
+		&actionsv1alpha1.ExternalAction{}: {Transform: controller.TrimFinished},
+	}
+	// Secrets and ConfigMaps: only the metadata of the objects written for spec.outputs.
+	maps.Copy(by, controller.OutputCacheOptions())
+	return by
 }

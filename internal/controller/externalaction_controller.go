@@ -107,6 +107,9 @@ type ExternalActionReconciler struct {
 	outcomes chan event.GenericEvent
 	// stopped is closed when the manager stops: completions are then recorded directly.
 	stopped chan struct{}
+	// outputs holds the values of spec.outputs taken from a successful response until the target is written
+	// (outputs.go); they are kept nowhere else.
+	outputs sync.Map // types.NamespacedName -> *heldOutputs
 	// subjectWaits holds when this manager first saw an action wait for its spec.subject (wait-time metric).
 	subjectWaits sync.Map // types.NamespacedName -> time.Time
 }
@@ -117,7 +120,7 @@ type ExternalActionReconciler struct {
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations;clusterdestinations,verbs=get;list;watch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations/status;clusterdestinations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=actiontombstones,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -132,6 +135,7 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err := r.Get(ctx, req.NamespacedName, xa); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.pending.Delete(req.NamespacedName) // the object is gone: there is nothing left to record on
+			r.outputs.Delete(req.NamespacedName)
 			r.subjectWaits.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -254,6 +258,10 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 	if r.Dispatcher != nil && !r.Dispatcher.HasRoom(dest.ID, xa.Namespace) {
 		return r.waitForRoom(ctx, xa, dest, env) // before Admit: no token is spent
 	}
+	// spec.outputs: an object in the target's place that this action did not write holds the send back.
+	if err := r.checkOutputTarget(ctx, xa); err != nil {
+		return r.waitOnOutputTarget(ctx, xa, err, env)
+	}
 	// Secrets are read only right before a send (and a post-check), never to decide anything else.
 	if err := r.loadCredentials(ctx, dest); err != nil {
 		return r.waitOnDestination(ctx, xa, err, env)
@@ -310,6 +318,7 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 		step, ok := ledger.Record(&cur.Status, attempt, outcome, env)
 		if !ok && fresh {
 			r.pending.Delete(nn)
+			r.outputs.Delete(nn)
 			log.FromContext(ctx).Info("outcome dropped: the attempt is no longer open (resolved elsewhere)", "attempt", attempt, "result", outcome.Class)
 			return ctrl.Result{}, nil
 		}
@@ -320,6 +329,10 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 				r.pending.Delete(nn)
 				logOutcome(ctx, cur, attempt, outcome)
 				r.afterWrite(ctx, cur.Status.Phase, upd, step, destinationID(upd))
+				if upd.Spec.Outputs != nil && upd.Status.Phase == actionsv1alpha1.PhaseSucceeded && upd.Status.Outputs == nil &&
+					upd.DeletionTimestamp.IsZero() {
+					return r.settleOutputs(ctx, upd) // recorded first (DESIGN rule 2), then the outputs
+				}
 				return requeueAt(step.At, r.Clock.Now()), nil
 			}
 			if res, done, ferr := r.recordFailed(ctx, cur, upd, attempt, outcome, err, try); done {
@@ -400,6 +413,12 @@ func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *ac
 	if xa.Spec.Subject != "" && releasable(xa) {
 		if err := r.releaseSubject(ctx, xa); err != nil {
 			return ctrl.Result{}, err
+		}
+	}
+	// spec.outputs are settled before anything else of a Succeeded action, and before it can be collected.
+	if xa.Spec.Outputs != nil && xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
+		if res, done, err := r.reconcileOutputs(ctx, xa); done {
+			return res, err
 		}
 	}
 	if decision, ok := xa.Annotations[actionsv1alpha1.AnnotationResolve]; ok {
@@ -604,7 +623,7 @@ func (r *ExternalActionReconciler) envFor(xa *actionsv1alpha1.ExternalAction, de
 	policy retry.Policy, deadline time.Duration, now time.Time) ledger.Env {
 	env := ledger.Env{
 		Now: now, Holder: r.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.ClaimMargin,
-		Policy: policy, Retention: DefaultTTLAfterFinished,
+		Policy: policy, Retention: DefaultTTLAfterFinished, Outputs: xa.Spec.Outputs != nil,
 	}
 	if dest != nil {
 		env.AttemptTimeout, env.Retention = dest.Timeout, dest.Retention
@@ -634,6 +653,9 @@ func (r *ExternalActionReconciler) checkSpec(xa *actionsv1alpha1.ExternalAction,
 		return policy, 0, nil, err
 	}
 	if _, err := r.successProgram(xa); err != nil {
+		return policy, 0, nil, err
+	}
+	if err := r.checkOutputs(xa); err != nil {
 		return policy, 0, nil, err
 	}
 	body, err := requestBody(xa)
@@ -719,6 +741,10 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A destination created, fixed or validated again wakes the actions that reference it (ledger.Blocked).
 		Watches(&actionsv1alpha1.Destination{}, handler.EnqueueRequestsFromMapFunc(r.actionsUsingDestination)).
 		Watches(&actionsv1alpha1.ClusterDestination{}, handler.EnqueueRequestsFromMapFunc(r.actionsUsingDestination)).
+		// spec.outputs: a written output deleted later is noticed (OutputMissing). Only metadata is watched, and the
+		// manager's cache holds only objects labelled as outputs (OutputCacheOptions).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(actionOfOutput), builder.OnlyMetadata).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(actionOfOutput), builder.OnlyMetadata).
 		Named("externalaction").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, SkipNameValidation: &r.SkipNameValidation}).
 		Complete(r)

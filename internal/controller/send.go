@@ -63,11 +63,20 @@ func (r *ExternalActionReconciler) send(ctx context.Context, xa *actionsv1alpha1
 		h[k] = append([]string(nil), vs...)
 	}
 	h.Set(dest.KeyHeader, xa.Status.IdempotencyKey)
+	keep := keepBytes(dest.Redactor)
+	if xa.Spec.Outputs != nil {
+		keep = max(keep, actionsv1alpha1.MaxOutputResponseBytes+dest.Redactor.longest())
+	}
 	res := r.Executor.Execute(ctx, httpexec.Request{
 		Method: method(xa), URL: target, Header: h, Body: body,
 		Timeout: timeout, TLS: dest.TLS,
-	}, keepBytes(dest.Redactor))
-	return r.classify(xa, res, env, dest.Redactor)
+	}, keep)
+	o := r.classify(xa, res, env, dest.Redactor)
+	if o.Class == retry.ClassSuccess && xa.Spec.Outputs != nil && res.Response != nil {
+		// Only a success holds outputs: never a failed, retried or uncertain attempt.
+		r.holdOutputs(context.WithoutCancel(ctx), xa, res.Response, dest.Redactor)
+	}
+	return o
 }
 
 // keepBytes is how much of a response body the executor keeps: the status cap plus the longest Secret value,

@@ -19,9 +19,10 @@ type Cache struct {
 }
 
 type cacheEntry struct {
-	src  string
-	prog *Program
-	err  error
+	src   string
+	prog  *Program
+	value *ValueProgram
+	err   error
 }
 
 // NewCache returns a cache holding at most size programs (DefaultCacheSize
@@ -58,6 +59,37 @@ func (c *Cache) Get(src string) (*Program, error) {
 		return e.prog, e.err
 	}
 	c.items[src] = c.ll.PushFront(&cacheEntry{src: src, prog: prog, err: err})
+	for c.ll.Len() > c.size {
+		oldest := c.ll.Back()
+		c.ll.Remove(oldest)
+		delete(c.items, oldest.Value.(*cacheEntry).src)
+	}
+	return prog, err
+}
+
+// valuePrefix keeps value programs apart from predicates of the same source in the one LRU.
+const valuePrefix = "value\x00"
+
+// GetValue is Get for CompileValue: the compiled value program for src, compiled on a miss.
+func (c *Cache) GetValue(src string) (*ValueProgram, error) {
+	key := valuePrefix + src
+	c.mu.Lock()
+	if el, ok := c.items[key]; ok {
+		c.ll.MoveToFront(el)
+		e := el.Value.(*cacheEntry)
+		c.mu.Unlock()
+		return e.value, e.err
+	}
+	c.mu.Unlock()
+	prog, err := CompileValue(src)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[key]; ok {
+		c.ll.MoveToFront(el)
+		e := el.Value.(*cacheEntry)
+		return e.value, e.err
+	}
+	c.items[key] = c.ll.PushFront(&cacheEntry{src: key, value: prog, err: err})
 	for c.ll.Len() > c.size {
 		oldest := c.ll.Back()
 		c.ll.Remove(oldest)

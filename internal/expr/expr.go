@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,8 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 const (
@@ -219,6 +222,85 @@ func convertNumbers(v any) any {
 	default:
 		return v
 	}
+}
+
+// ValueProgram is a compiled expression that gives an output value (ExternalAction spec.outputs.values).
+// Safe for concurrent use.
+type ValueProgram struct {
+	src string
+	prg cel.Program
+}
+
+// Source returns the expression the program was compiled from.
+func (p *ValueProgram) Source() string { return p.src }
+
+// CompileValue parses and type-checks src, an expression of any type over the same response variable as
+// Compile. Errors are meant for users, as Compile's are.
+func CompileValue(src string) (*ValueProgram, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, errors.New("expression is empty")
+	}
+	if len(src) > MaxSourceLength {
+		return nil, fmt.Errorf("expression is too long: %d bytes, limit %d", len(src), MaxSourceLength)
+	}
+	e, err := env()
+	if err != nil {
+		return nil, fmt.Errorf("creating CEL environment: %w", err)
+	}
+	ast, iss := e.Compile(src)
+	if iss.Err() != nil {
+		return nil, fmt.Errorf("invalid expression: %w", iss.Err())
+	}
+	prg, err := e.Program(ast, cel.CostLimit(CostLimit), cel.InterruptCheckFrequency(interruptCheckFrequency))
+	if err != nil {
+		return nil, fmt.Errorf("invalid expression: %w", err)
+	}
+	return &ValueProgram{src: src, prg: prg}, nil
+}
+
+// EvalString evaluates the expression on r and returns its value as text: a string as it is, bytes as they
+// are, a number or boolean in its JSON form (3, 1.5, true), and a list or map as JSON (RFC 8259). A null
+// result, a runtime error (a missing key, the cost limit, EvalTimeout or ctx ending) is an error.
+func (p *ValueProgram) EvalString(ctx context.Context, r Response) (s string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, EvalTimeout)
+	defer cancel()
+	defer func() {
+		if rec := recover(); rec != nil {
+			s, err = "", fmt.Errorf("evaluating expression: internal error: %v", rec)
+		}
+	}()
+	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r)})
+	if err != nil {
+		return "", fmt.Errorf("evaluating expression: %w", err)
+	}
+	switch v := out.(type) {
+	case types.String:
+		return string(v), nil
+	case types.Bytes:
+		return string(v), nil
+	case types.Null:
+		return "", errors.New("expression evaluated to null")
+	}
+	native, err := out.ConvertToNative(reflect.TypeFor[*structpb.Value]())
+	if err != nil {
+		return "", fmt.Errorf("expression value of type %s cannot be written as text: %w", out.Type().TypeName(), err)
+	}
+	if i, ok := out.(types.Int); ok { // JSON numbers are doubles; an int keeps all its digits
+		return strconv.FormatInt(int64(i), 10), nil
+	}
+	if u, ok := out.(types.Uint); ok {
+		return strconv.FormatUint(uint64(u), 10), nil
+	}
+	b, err := protojson.Marshal(native.(*structpb.Value))
+	if err != nil {
+		return "", fmt.Errorf("encoding the expression value as JSON: %w", err)
+	}
+	// protojson output is not stable in whitespace; compact it.
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return "", fmt.Errorf("encoding the expression value as JSON: %w", err)
+	}
+	return buf.String(), nil
 }
 
 // DefaultSuccess reports the default success rule: 200 <= code <= 299.

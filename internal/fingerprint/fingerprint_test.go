@@ -147,3 +147,27 @@ func TestSubjectNotInFingerprint(t *testing.T) {
 		t.Errorf("fingerprint with subject %s, without %s: want equal", with, without)
 	}
 }
+
+// spec.outputs is not part of the fingerprint: adding outputs (or another target, values or retain) to a spec
+// gives the fingerprint it had without them, so stored fingerprints and tombstones stay valid.
+func TestOutputsNotInFingerprint(t *testing.T) {
+	base := spec("POST", "/orders", `{"sku":"a"}`, nil)
+	want := mustCompute(t, base)
+	wantCanonical, err := Canonical(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, o := range map[string]*actionsv1alpha1.ActionOutputs{
+		"secret":    {SecretName: "out", Values: map[string]actionsv1alpha1.OutputExpression{"id": "response.body.id"}},
+		"configmap": {ConfigMapName: "out2", Values: map[string]actionsv1alpha1.OutputExpression{"a": "1", "b": "2"}, Retain: true},
+	} {
+		s := spec("POST", "/orders", `{"sku":"a"}`, nil)
+		s.Outputs = o
+		if got := mustCompute(t, s); got != want {
+			t.Errorf("%s: fingerprint with outputs %s, without %s", name, got, want)
+		}
+		if got, _ := Canonical(s); string(got) != string(wantCanonical) {
+			t.Errorf("%s: canonical input with outputs %s, without %s", name, got, wantCanonical)
+		}
+	}
+}

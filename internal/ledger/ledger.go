@@ -54,6 +54,8 @@ type Env struct {
 	Retention time.Duration
 	// Rand returns a number in [0, 1) for jitter.
 	Rand func() float64
+	// Outputs: the action has spec.outputs, so Succeeded is Ready only once they are written (SettleOutputs).
+	Outputs bool
 }
 
 // Kind is what the controller does after writing Step.Status (if any).
@@ -224,6 +226,7 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 		st.LastError = ""
 		finish(st, env, actionsv1alpha1.PhaseSucceeded, actionsv1alpha1.ReasonSucceeded,
 			fmt.Sprintf("attempt %d succeeded with status %d", attempt, o.StatusCode))
+		awaitOutputs(st, env, actionsv1alpha1.ReasonOutputsPending, "writing the outputs taken from the response")
 		return Step{Kind: KindNone, Status: st, At: expiry(st),
 			Event: &Event{Reason: actionsv1alpha1.ReasonSucceeded, Message: fmt.Sprintf("attempt %d succeeded with status %d", attempt, o.StatusCode)}}, true
 	case retry.ClassRejected:
@@ -322,6 +325,8 @@ func RecordCheck(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, v Ver
 		st.LastError = ""
 		msg := fmt.Sprintf("the post-check proved attempt %d applied", attempt)
 		finish(st, env, actionsv1alpha1.PhaseSucceeded, actionsv1alpha1.ReasonSucceeded, msg)
+		awaitOutputs(st, env, actionsv1alpha1.ReasonOutputsNotAvailable, "the post-check proved the attempt applied, "+
+			"but its answer is not the action's response: the outputs cannot be taken from it")
 		return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Reason: actionsv1alpha1.ReasonSucceeded, Message: msg}}, true
 	case VerdictNotApplied:
 		st.Claim = nil
@@ -424,6 +429,8 @@ func Replay(cur *actionsv1alpha1.ExternalActionStatus, key, fingerprint string, 
 	if phase == actionsv1alpha1.PhaseOutcomeUnknown {
 		st.ExpiresAt = nil
 	}
+	awaitOutputs(st, env, actionsv1alpha1.ReasonOutputsNotAvailable, fmt.Sprintf("the outcome was replayed from the "+
+		"tombstone of the earlier object %s, and no response of it is kept to take the outputs from", t.UID))
 	return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Reason: reason, Message: msg}}
 }
 
@@ -445,6 +452,8 @@ func Resolve(cur *actionsv1alpha1.ExternalActionStatus, decision, reason string,
 		markHistory(st, last, "ResolvedApplied")
 		st.LastError = ""
 		finish(st, env, actionsv1alpha1.PhaseSucceeded, actionsv1alpha1.ReasonResolved, msg)
+		awaitOutputs(st, env, actionsv1alpha1.ReasonOutputsNotAvailable, "a person decided the action applied; "+
+			"there is no response to take the outputs from")
 	case actionsv1alpha1.DecisionNotApplied:
 		markHistory(st, last, "ResolvedNotApplied")
 		finish(st, env, actionsv1alpha1.PhaseFailed, actionsv1alpha1.ReasonResolved, msg)
@@ -687,6 +696,53 @@ func setPhase(st *actionsv1alpha1.ExternalActionStatus, phase actionsv1alpha1.Ph
 		set(actionsv1alpha1.ConditionReconciling, false, reason, "stopped")
 		set(actionsv1alpha1.ConditionStalled, true, reason, msg)
 	}
+}
+
+// awaitOutputs holds a Succeeded action with spec.outputs (env.Outputs) short of Ready until SettleOutputs:
+// OutputsReady False with reason and msg, Ready False and Reconciling True with reason OutputsPending (kstatus:
+// in progress). Other phases, and actions without outputs, are left as they are.
+func awaitOutputs(st *actionsv1alpha1.ExternalActionStatus, env Env, reason, msg string) {
+	if !env.Outputs || st.Phase != actionsv1alpha1.PhaseSucceeded {
+		return
+	}
+	st.Outputs = nil
+	msg = truncate(msg)
+	setCond(st, actionsv1alpha1.ConditionOutputsReady, false, reason, msg, env)
+	setCond(st, actionsv1alpha1.ConditionReady, false, actionsv1alpha1.ReasonOutputsPending, "succeeded; "+msg, env)
+	setCond(st, actionsv1alpha1.ConditionReconciling, true, actionsv1alpha1.ReasonOutputsPending, "succeeded; "+msg, env)
+}
+
+// OutputsHeld reports whether a Succeeded action's outputs are held in the controller's memory until they are
+// written: the OutputsReady condition has reason OutputsPending (set by Record) and status.outputs is unset.
+func OutputsHeld(cur *actionsv1alpha1.ExternalActionStatus) bool {
+	c := meta.FindStatusCondition(cur.Conditions, actionsv1alpha1.ConditionOutputsReady)
+	return cur.Outputs == nil && c != nil && c.Reason == actionsv1alpha1.ReasonOutputsPending
+}
+
+// SettleOutputs records how spec.outputs of a Succeeded action ended; out.Reason is the OutputsReady reason.
+// OutputsWritten and OutputsRetained: OutputsReady True and Ready True, Reconciling and Stalled False. Any other
+// reason: OutputsReady and Ready False with that reason and msg, Reconciling False and Stalled True (a person
+// must act; the phase stays Succeeded, and nothing is sent again), with a Warning Event. status.outputs becomes
+// out. It returns no status when cur already records out.Reason, or cur is not Succeeded.
+func SettleOutputs(cur *actionsv1alpha1.ExternalActionStatus, out actionsv1alpha1.OutputsStatus, msg string, env Env) Step {
+	if cur.Phase != actionsv1alpha1.PhaseSucceeded || (cur.Outputs != nil && cur.Outputs.Reason == out.Reason) {
+		return Step{Kind: KindNone}
+	}
+	st := cur.DeepCopy()
+	st.Outputs = out.DeepCopy()
+	msg = truncate(msg)
+	ok := out.Reason == actionsv1alpha1.ReasonOutputsWritten || out.Reason == actionsv1alpha1.ReasonOutputsRetained
+	setCond(st, actionsv1alpha1.ConditionOutputsReady, ok, out.Reason, msg, env)
+	setCond(st, actionsv1alpha1.ConditionReady, ok, out.Reason, msg, env)
+	setCond(st, actionsv1alpha1.ConditionReconciling, false, out.Reason, "finished", env)
+	step := Step{Kind: KindNone, Status: st, At: expiry(st)}
+	if ok {
+		setCond(st, actionsv1alpha1.ConditionStalled, false, out.Reason, "finished", env)
+		return step
+	}
+	setCond(st, actionsv1alpha1.ConditionStalled, true, out.Reason, msg, env)
+	step.Event = &Event{Warning: true, Reason: out.Reason, Message: msg}
+	return step
 }
 
 func condReason(st *actionsv1alpha1.ExternalActionStatus, t, reason string) bool {

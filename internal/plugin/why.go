@@ -59,7 +59,28 @@ func explainSucceeded(say func(string, ...any), st *actionsv1alpha1.ExternalActi
 		say("The destination answered %d after %d attempt(s).", st.Response.StatusCode, st.Attempts)
 	}
 	explainRetention(say, st, now)
+	if c := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionOutputsReady); c != nil {
+		switch {
+		case c.Status == metav1.ConditionTrue:
+			say("Its outputs are in %s (keys %s).", outputsRef(st), strings.Join(st.Outputs.Keys, ", "))
+		case c.Reason == actionsv1alpha1.ReasonOutputsPending:
+			say("Its outputs are being written; Ready follows once they are.")
+			return
+		default:
+			say("Its outputs are not available (%s): %s.", c.Reason, strings.TrimSuffix(c.Message, "."))
+			say("Nothing is sent again for them; see docs/outputs.md.")
+			return
+		}
+	}
 	say("Nothing to do.")
+}
+
+// outputsRef names status.outputs' object, or "the target" before it is recorded.
+func outputsRef(st *actionsv1alpha1.ExternalActionStatus) string {
+	if st.Outputs == nil {
+		return "the target"
+	}
+	return st.Outputs.Kind + " " + st.Outputs.Name
 }
 
 // Explain says in plain words what state xa is in and what to do next, one sentence per line. dest is read
@@ -114,6 +135,8 @@ func Explain(xa *actionsv1alpha1.ExternalAction, dest *DestinationState, now tim
 			explainDestination(say, xa, dest, reason)
 		case reason == actionsv1alpha1.ReasonWaitingForSubject || reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown:
 			explainSubject(say, xa, reason, message)
+		case reason == actionsv1alpha1.ReasonOutputConflict:
+			say("Nothing is sent: %s.", strings.TrimSuffix(message, "."))
 		case st.Claim != nil && now.Before(st.Claim.ExpiresAt.Time):
 			say("Attempt %d was sent at %s by %s and its outcome is not recorded yet; the claim expires at %s (%s).",
 				st.Claim.Attempt, stamp(st.Claim.StartedAt.Time), st.Claim.Holder, stamp(st.Claim.ExpiresAt.Time), until(now, st.Claim.ExpiresAt.Time))
