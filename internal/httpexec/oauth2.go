@@ -217,12 +217,21 @@ func (c *TokenCache) source(owner string, cc *ClientCredentials) (oauth2.TokenSo
 	}
 	conf := &clientcredentials.Config{ClientID: cc.ClientID, ClientSecret: cc.ClientSecret, TokenURL: cc.TokenURL,
 		Scopes: slices.Clone(cc.Scopes), EndpointParams: cloneValues(cc.EndpointParams)}
-	// The context only carries the HTTP client: the token source keeps it for every later fetch.
-	base := conf.TokenSource(context.WithValue(context.Background(), oauth2.HTTPClient, hc))
+	// The context only carries the HTTP client (oauth2.HTTPClient); fetch keeps it for every later request.
+	base := fetch{conf: conf, ctx: context.WithValue(context.Background(), oauth2.HTTPClient, hc)}
 	e := &tokenEntry{key: key, base: base, src: oauth2.ReuseTokenSourceWithExpiry(nil, base, c.early)}
 	c.entries[owner] = e
 	return e.src, nil
 }
+
+// fetch asks the token endpoint on every call (clientcredentials.Config.TokenSource would cache, and a
+// cached source cannot be told to drop a refused token).
+type fetch struct {
+	conf *clientcredentials.Config
+	ctx  context.Context
+}
+
+func (f fetch) Token() (*oauth2.Token, error) { return f.conf.Token(f.ctx) }
 
 func cloneValues(v url.Values) url.Values {
 	if v == nil {
