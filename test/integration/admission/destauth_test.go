@@ -1,12 +1,20 @@
 package admission
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/test/envtestutil"
 )
 
 const (
@@ -137,6 +145,33 @@ func TestSigningAdmission(t *testing.T) {
 		{"hmac without header", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Header = "" }), "signing.hmac.header"},
 		{"hmac md5", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Algorithm = "md5" }), `supported values: "sha256", "sha512"`},
 		{"hmac prefix with a space", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Prefix = "sha256 =" }), "signing.hmac.prefix"},
+	}
+	run(t, cases)
+}
+
+// The OAuth2 and signing samples in config/samples are accepted as they are.
+func TestAuthSamplesAreAccepted(t *testing.T) {
+	ns := env.Namespace(t)
+	var cases []admissionCase
+	for _, f := range []string{"actions_v1alpha1_destination_oauth2.yaml", "actions_v1alpha1_destination_signed.yaml"} {
+		raw, err := os.ReadFile(filepath.Join(envtestutil.RepoRoot(), "config", "samples", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			u.SetNamespace(ns)
+			cases = append(cases, admissionCase{name: f + "/" + u.GetKind() + "/" + u.GetName(), obj: u})
+		}
+	}
+	if len(cases) != 5 {
+		t.Fatalf("%d objects in the samples, want 5", len(cases))
 	}
 	run(t, cases)
 }
