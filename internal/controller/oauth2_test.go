@@ -367,3 +367,44 @@ func TestOAuth2TokenNeverLogged(t *testing.T) {
 		assertNoToken(t, ev, te.tokens())
 	}
 }
+
+// The destination validator reads the Secrets of auth.oauth2 and signing too: a missing client Secret or a
+// Standard Webhooks secret that is not base64 makes the destination Ready=False with a message naming the
+// key, and an action waits, sending nothing.
+func TestDestinationReadyChecksOAuth2AndSigningSecrets(t *testing.T) {
+	te := newTokenEndpoint(t)
+	api := newBearerAPI(t, te)
+	env.StartManager(t, app.Options{})
+	ns := env.Namespace(t)
+	env.CreateDestination(t, ns, "no-client", api.URL, func(s *actionsv1alpha1.DestinationSpec) {
+		s.Auth = &actionsv1alpha1.AuthConfig{OAuth2: &actionsv1alpha1.OAuth2ClientCredentials{TokenURL: te.URL,
+			ClientID:     actionsv1alpha1.SecretKeySelector{Name: "missing-client", Key: "client-id"},
+			ClientSecret: actionsv1alpha1.SecretKeySelector{Name: "missing-client", Key: "client-secret"}}}
+	})
+	env.Create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad-signing"},
+		StringData: map[string]string{"secret": "whsec_not*base64*at-all"}})
+	env.CreateDestination(t, ns, "bad-signing", api.URL, func(s *actionsv1alpha1.DestinationSpec) {
+		s.Signing = &actionsv1alpha1.SigningConfig{StandardWebhooks: &actionsv1alpha1.StandardWebhooksSigning{
+			SecretRef: actionsv1alpha1.SecretKeySelector{Name: "bad-signing", Key: "secret"}}}
+	})
+	for name, want := range map[string]string{"no-client": `missing-client`, "bad-signing": "not base64"} {
+		envtestutil.Eventually(t, 30*time.Second, envtestutil.Say(name+": Ready=False naming "+want), func() bool {
+			d := &actionsv1alpha1.Destination{}
+			if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+				return false
+			}
+			c := meta.FindStatusCondition(d.Status.Conditions, actionsv1alpha1.ConditionReady)
+			return c != nil && c.Status == metav1.ConditionFalse && strings.Contains(c.Message, want) &&
+				!strings.Contains(c.Message, "not*base64")
+		})
+		env.Create(t, envtestutil.Action(ns, "pay-"+name, name, "/orders", `{"amount":1}`))
+	}
+	envtestutil.Consistently(t, 2*time.Second, envtestutil.Say("nothing sent, no token asked"), func() bool {
+		return api.requests.Load() == 0 && te.requests.Load() == 0
+	})
+	for _, name := range []string{"pay-no-client", "pay-bad-signing"} {
+		if xa := env.Get(t, ns, name); xa.Status.Attempts != 0 {
+			t.Errorf("%s: %d attempts, want 0 (it waits for its destination)", name, xa.Status.Attempts)
+		}
+	}
+}

@@ -20,8 +20,8 @@ import (
 const (
 	oauthExclusive  = "auth.oauth2 sends its own Authorization header: remove auth.bearerToken and auth.basic"
 	oauthAuthHeader = "auth.oauth2 sends its own Authorization header: remove the auth.headers entry named Authorization"
-	tokenUserinfo   = "auth.oauth2.tokenURL may not contain userinfo"
-	tokenFragment   = "auth.oauth2.tokenURL may not contain a fragment"
+	tokenUserinfo   = "auth.oauth2.tokenURL may not contain userinfo"   //nolint:gosec // G101: an error message, not a credential
+	tokenFragment   = "auth.oauth2.tokenURL may not contain a fragment" //nolint:gosec // G101: an error message, not a credential
 	tokenScheme     = "should match '^https?://[^\\s]+$'"
 	paramsReserved  = "auth.oauth2.endpointParams may not set grant_type, scope, client_id, client_secret or audience"
 	paramsLong      = "auth.oauth2.endpointParams values must be at most 2048 characters long"
@@ -30,7 +30,7 @@ const (
 )
 
 func oauth2(mutate func(*actionsv1alpha1.OAuth2ClientCredentials)) *actionsv1alpha1.OAuth2ClientCredentials {
-	o := &actionsv1alpha1.OAuth2ClientCredentials{
+	o := &actionsv1alpha1.OAuth2ClientCredentials{ //nolint:gosec // G101: Secret references, not credentials
 		TokenURL:     "https://auth.example/oauth2/token",
 		ClientID:     actionsv1alpha1.SecretKeySelector{Name: "oauth", Key: "client-id"},
 		ClientSecret: actionsv1alpha1.SecretKeySelector{Name: "oauth", Key: "client-secret"},
