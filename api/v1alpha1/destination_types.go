@@ -404,6 +404,8 @@ type Retention struct {
 
 // DestinationSpec is an endpoint catalog entry: where actions are sent and under which rules.
 // +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.caBundle) || self.url.startsWith('https://')",message="tls.caBundle needs an https:// url"
+// +kubebuilder:validation:XValidation:rule="!has(self.signing) || !has(self.signing.hmac) || self.signing.hmac.header.lowerAscii() != ((has(self.idempotency) && has(self.idempotency.header)) ? self.idempotency.header.lowerAscii() : 'idempotency-key')",message="signing.hmac.header may not be the idempotency header (idempotency.header, default Idempotency-Key): the signature would replace the key; choose another header, such as X-Signature"
+// +kubebuilder:validation:XValidation:rule="!has(self.signing) || !has(self.signing.standardWebhooks) || !has(self.idempotency) || !has(self.idempotency.header) || !(self.idempotency.header.lowerAscii() in ['webhook-timestamp', 'webhook-signature'])",message="idempotency.header may not be webhook-timestamp or webhook-signature with signing.standardWebhooks: those carry the signature (webhook-id already carries the key); choose another header"
 type DestinationSpec struct {
 	// url is the base URL (http or https); each action's request.path is appended to it. Its path may not contain '.' or '..' segments (literal or percent-encoded as %2e), a backslash or %5C: the base path is the boundary that request paths stay under. The controller checks the joined, normalized URL again before each send and refuses one that leaves the base path (reason PathOutsideBase).
 	// +required

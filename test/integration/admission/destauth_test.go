@@ -26,6 +26,8 @@ const (
 	paramsReserved  = "auth.oauth2.endpointParams may not set grant_type, scope, client_id, client_secret or audience"
 	paramsLong      = "auth.oauth2.endpointParams values must be at most 2048 characters long"
 	signingOne      = "signing takes exactly one of signing.standardWebhooks or signing.hmac"
+	hmacIdem        = "signing.hmac.header may not be the idempotency header"
+	stdIdem         = "idempotency.header may not be webhook-timestamp or webhook-signature with signing.standardWebhooks"
 	hmacHeader      = "signing.hmac.header may not be a hop-by-hop or framing header, Authorization, Content-Type or a webhook-* header"
 )
 
@@ -144,6 +146,23 @@ func TestSigningAdmission(t *testing.T) {
 		{"hmac header with a space", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Header = "X Signature" }), tokenName},
 		{"hmac without header", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Header = "" }), "signing.hmac.header"},
 		{"hmac md5", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Algorithm = "md5" }), `supported values: "sha256", "sha512"`},
+		{"hmac header is the default idempotency header", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Header = "idempotency-key" }), hmacIdem},
+		{"hmac header is the idempotency header", destination(ns, func(s *actionsv1alpha1.DestinationSpec) {
+			s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Header: "X-Request-Key"}
+			s.Signing = &actionsv1alpha1.SigningConfig{HMAC: &actionsv1alpha1.HMACSigning{Header: "x-request-key", SecretRef: sel}}
+		}), hmacIdem},
+		{"hmac header Idempotency-Key with another idempotency header", destination(ns, func(s *actionsv1alpha1.DestinationSpec) {
+			s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Header: "X-Request-Key"}
+			s.Signing = &actionsv1alpha1.SigningConfig{HMAC: &actionsv1alpha1.HMACSigning{Header: "Idempotency-Key", SecretRef: sel}}
+		}), ""},
+		{"standardWebhooks with idempotency header webhook-signature", destination(ns, func(s *actionsv1alpha1.DestinationSpec) {
+			s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Header: "Webhook-Signature"}
+			s.Signing = &actionsv1alpha1.SigningConfig{StandardWebhooks: std}
+		}), stdIdem},
+		{"standardWebhooks with idempotency header webhook-id", destination(ns, func(s *actionsv1alpha1.DestinationSpec) {
+			s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Header: "webhook-id"}
+			s.Signing = &actionsv1alpha1.SigningConfig{StandardWebhooks: std}
+		}), ""},
 		{"hmac prefix with a space", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Prefix = "sha256 =" }), "signing.hmac.prefix"},
 	}
 	run(t, cases)
