@@ -382,7 +382,7 @@ func TestDestinationReadyChecksOAuth2AndSigningSecrets(t *testing.T) {
 			ClientSecret: actionsv1alpha1.SecretKeySelector{Name: "missing-client", Key: "client-secret"}}}
 	})
 	env.Create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad-signing"},
-		StringData: map[string]string{"secret": "whsec_not*base64*at-all"}})
+		StringData: map[string]string{"secret": "whsec_not*base64*at-all"}}) //nolint:gosec // G101: a test value
 	env.CreateDestination(t, ns, "bad-signing", api.URL, func(s *actionsv1alpha1.DestinationSpec) {
 		s.Signing = &actionsv1alpha1.SigningConfig{StandardWebhooks: &actionsv1alpha1.StandardWebhooksSigning{
 			SecretRef: actionsv1alpha1.SecretKeySelector{Name: "bad-signing", Key: "secret"}}}
