@@ -115,6 +115,8 @@ type HeaderFromSecret struct {
 }
 
 // AuthConfig adds credentials to every request. Secret values never appear in status, events, logs or metrics.
+// +kubebuilder:validation:XValidation:rule="!has(self.oauth2) || (!has(self.bearerToken) && !has(self.basic))",message="auth.oauth2 sends its own Authorization header: remove auth.bearerToken and auth.basic, or remove auth.oauth2"
+// +kubebuilder:validation:XValidation:rule="!has(self.oauth2) || !has(self.headers) || self.headers.all(h, h.name.lowerAscii() != 'authorization')",message="auth.oauth2 sends its own Authorization header: remove the auth.headers entry named Authorization, or remove auth.oauth2"
 type AuthConfig struct {
 	// bearerToken sends "Authorization: Bearer <value>" with the value of this Secret key.
 	// +optional
@@ -130,6 +132,109 @@ type AuthConfig struct {
 	// +listType=map
 	// +listMapKey=name
 	Headers []HeaderFromSecret `json:"headers,omitempty"`
+
+	// oauth2 fetches an access token with the OAuth 2.0 client credentials grant (RFC 6749 section 4.4) and sends it as "Authorization: Bearer <token>" (RFC 6750). It may not be combined with bearerToken, basic or an Authorization entry in headers; other headers may be added.
+	// +optional
+	OAuth2 *OAuth2ClientCredentials `json:"oauth2,omitempty"`
+}
+
+// OAuth2ClientCredentials is the OAuth 2.0 client credentials grant (RFC 6749 section 4.4). The controller keeps one token per destination and credential in memory only (never in status, events, logs or metrics; it is redacted like a Secret value) and fetches a new one before it expires. A token endpoint that cannot be reached or refuses the credential sends nothing to the destination: the attempt is recorded with errorClass TokenUnavailable and retried within the retry policy. A 401 from the destination drops the cached token, and the attempt is retried with a new one: a 401 says the request was not processed.
+type OAuth2ClientCredentials struct {
+	// tokenURL is the token endpoint, an absolute http or https URL without userinfo or fragment, for example https://auth.example/oauth2/token. Its address is checked against the manager's egress policy like the destination's, and the destination's tls settings (caBundle, clientCertificate, insecureSkipVerify; not serverName) apply to it.
+	// +required
+	// +kubebuilder:validation:MinLength=8
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https?://[^\s]+$`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[^:/?#]+://[^/?#]*@')`,message="auth.oauth2.tokenURL may not contain userinfo (user:password@): put the client's credentials in auth.oauth2.clientID and auth.oauth2.clientSecret"
+	// +kubebuilder:validation:XValidation:rule=`!self.contains('#')`,message="auth.oauth2.tokenURL may not contain a fragment ('#'): remove it"
+	TokenURL string `json:"tokenURL"`
+
+	// clientID is the Secret key that holds the client identifier.
+	// +required
+	ClientID SecretKeySelector `json:"clientID"`
+
+	// clientSecret is the Secret key that holds the client secret (at least 4 bytes after trimming spaces).
+	// +required
+	ClientSecret SecretKeySelector `json:"clientSecret"`
+
+	// scopes are requested with the token (the "scope" parameter, space-separated, RFC 6749 section 3.3); none by default.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^[!#-\[\]-~]+$`
+	// +listType=atomic
+	Scopes []string `json:"scopes,omitempty"`
+
+	// audience is sent as the "audience" parameter of the token request, which some providers (Auth0, Okta and others) require to choose the API the token is for.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	Audience string `json:"audience,omitempty"`
+
+	// endpointParams are further parameters of the token request (form-encoded in its body), for example resource (RFC 8707). grant_type, scope, client_id, client_secret and audience are set by the other fields and may not appear here.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, !(k in ['grant_type', 'scope', 'client_id', 'client_secret', 'audience']))`,message="auth.oauth2.endpointParams may not set grant_type, scope, client_id, client_secret or audience: use auth.oauth2.scopes, auth.oauth2.clientID, auth.oauth2.clientSecret and auth.oauth2.audience"
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.size() >= 1 && k.size() <= 128)`,message="auth.oauth2.endpointParams names must be 1 to 128 characters long"
+	// +kubebuilder:validation:XValidation:rule=`self.all(k, self[k].size() <= 2048)`,message="auth.oauth2.endpointParams values must be at most 2048 characters long"
+	EndpointParams map[string]string `json:"endpointParams,omitempty"`
+}
+
+// SigningConfig signs every request (attempts and post-checks) with a key from a Secret, over the exact bytes sent. Each attempt is signed anew, with a fresh timestamp, over the same body. Exactly one kind may be given.
+// +kubebuilder:validation:XValidation:rule="has(self.standardWebhooks) != has(self.hmac)",message="signing takes exactly one of signing.standardWebhooks or signing.hmac: remove one"
+type SigningConfig struct {
+	// standardWebhooks signs as the Standard Webhooks specification defines (https://www.standardwebhooks.com): headers webhook-id (the idempotency key), webhook-timestamp (Unix seconds) and webhook-signature ("v1," and the base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>").
+	// +optional
+	StandardWebhooks *StandardWebhooksSigning `json:"standardWebhooks,omitempty"`
+
+	// hmac puts the hex HMAC of the exact body bytes sent (an empty body for a request without one) into a header, as GitHub (X-Hub-Signature-256: sha256=<hex>) and many others do.
+	// +optional
+	HMAC *HMACSigning `json:"hmac,omitempty"`
+}
+
+// StandardWebhooksSigning is the Standard Webhooks signature scheme.
+type StandardWebhooksSigning struct {
+	// secretRef is the Secret key that holds the signing secret: base64 of the key bytes, optionally prefixed with "whsec_" (the form Standard Webhooks tools generate, for example whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw). Surrounding spaces are trimmed; a value that is not base64 keeps the destination from being used (Ready=False).
+	// +required
+	SecretRef SecretKeySelector `json:"secretRef"`
+}
+
+// HMACAlgorithm is the hash function of an HMAC signature (RFC 2104).
+// +kubebuilder:validation:Enum=sha256;sha512
+type HMACAlgorithm string
+
+const (
+	// HMACSHA256 is HMAC-SHA256 (FIPS 180-4).
+	HMACSHA256 HMACAlgorithm = "sha256"
+	// HMACSHA512 is HMAC-SHA512 (FIPS 180-4).
+	HMACSHA512 HMACAlgorithm = "sha512"
+)
+
+// HMACSigning is a plain HMAC over the body, sent in a header.
+type HMACSigning struct {
+	// header is the request header that carries the signature, for example X-Hub-Signature-256. It must be an RFC 9110 token (section 5.6.2), not a hop-by-hop or framing header, not Authorization and not a webhook-* header.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern="^[-0-9A-Za-z!#$%&'*+.^_`|~]+$"
+	// +kubebuilder:validation:XValidation:rule=`!(self.lowerAscii() in ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect', 'content-length', 'host', 'authorization', 'content-type']) && !self.lowerAscii().startsWith('proxy-') && !self.lowerAscii().startsWith('webhook-')`,message="signing.hmac.header may not be a hop-by-hop or framing header, Authorization, Content-Type or a webhook-* header: choose a header of its own, such as X-Signature"
+	Header string `json:"header"`
+
+	// secretRef is the Secret key whose bytes (surrounding spaces trimmed, at least 4 bytes) are the HMAC key.
+	// +required
+	SecretRef SecretKeySelector `json:"secretRef"`
+
+	// algorithm is the hash function: sha256 (the default) or sha512.
+	// +optional
+	// +kubebuilder:default=sha256
+	Algorithm HMACAlgorithm `json:"algorithm,omitempty"`
+
+	// prefix is put before the lower-case hex digest, for example "sha256=" as GitHub does; none by default.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[!-~]*$`
+	Prefix string `json:"prefix,omitempty"`
 }
 
 // IdempotencyConfig says how the idempotency key is sent and whether the destination honours it.
@@ -299,6 +404,8 @@ type Retention struct {
 
 // DestinationSpec is an endpoint catalog entry: where actions are sent and under which rules.
 // +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.caBundle) || self.url.startsWith('https://')",message="tls.caBundle needs an https:// url"
+// +kubebuilder:validation:XValidation:rule="!has(self.signing) || !has(self.signing.hmac) || self.signing.hmac.header.lowerAscii() != ((has(self.idempotency) && has(self.idempotency.header)) ? self.idempotency.header.lowerAscii() : 'idempotency-key')",message="signing.hmac.header may not be the idempotency header (idempotency.header, default Idempotency-Key): the signature would replace the key; choose another header, such as X-Signature"
+// +kubebuilder:validation:XValidation:rule="!has(self.signing) || !has(self.signing.standardWebhooks) || !has(self.idempotency) || !has(self.idempotency.header) || !(self.idempotency.header.lowerAscii() in ['webhook-timestamp', 'webhook-signature'])",message="idempotency.header may not be webhook-timestamp or webhook-signature with signing.standardWebhooks: those carry the signature (webhook-id already carries the key); choose another header"
 type DestinationSpec struct {
 	// url is the base URL (http or https); each action's request.path is appended to it. Its path may not contain '.' or '..' segments (literal or percent-encoded as %2e), a backslash or %5C: the base path is the boundary that request paths stay under. The controller checks the joined, normalized URL again before each send and refuses one that leaves the base path (reason PathOutsideBase).
 	// +required
@@ -324,6 +431,10 @@ type DestinationSpec struct {
 	// auth adds credentials from Secrets.
 	// +optional
 	Auth *AuthConfig `json:"auth,omitempty"`
+
+	// signing signs every request with a key from a Secret (Standard Webhooks or a plain HMAC header).
+	// +optional
+	Signing *SigningConfig `json:"signing,omitempty"`
 
 	// idempotency says how the key is sent and whether the destination deduplicates on it.
 	// +optional

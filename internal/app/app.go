@@ -165,6 +165,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if exec == nil {
 		exec = httpexec.New(httpexec.WithEgressPolicy(policy))
 	}
+	// OAuth2 token requests go through an HTTPExecutor's transports: the egress policy applies to token endpoints.
+	tokenExec, ok := exec.(*httpexec.HTTPExecutor)
+	if !ok {
+		tokenExec = httpexec.New(httpexec.WithEgressPolicy(policy))
+	}
 	holder := o.Holder
 	if holder == "" {
 		holder = NewHolder()
@@ -184,6 +189,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Recorder:                  mgr.GetEventRecorder("actionledger"),
 		Clock:                     clk,
 		Executor:                  exec,
+		Tokens:                    httpexec.NewTokenCache(tokenExec.TokenClient),
 		Limiter:                   limiter.NewRegistry(),
 		Exprs:                     expr.NewCache(expr.DefaultCacheSize),
 		Holder:                    holder,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -139,8 +140,13 @@ type resolvedDestination struct {
 	KeySupported bool
 	AuthHeader   http.Header
 	// Redactor replaces the Secret values sent in AuthHeader in whatever is stored or emitted (DESIGN rule 11).
-	Redactor    *redactor
-	TLS         *httpexec.TLSOptions
+	Redactor *redactor
+	TLS      *httpexec.TLSOptions
+	// OAuth2 is spec.auth.oauth2 with its Secrets read (nil without it): each request gets a token from the
+	// reconciler's TokenCache (see authorize).
+	OAuth2 *httpexec.ClientCredentials
+	// Signer signs each request (spec.signing; nil without it).
+	Signer      httpexec.Signer
 	Policy      retry.Policy // Deadline still relative: see policyFor
 	DeadlineDur time.Duration
 	Limits      limiter.Limits
@@ -261,10 +267,18 @@ func (r *ExternalActionReconciler) loadCredentials(ctx context.Context, rd *reso
 	if rd.AuthHeader, secrets, err = sr.authHeader(rd.Spec.Auth); err != nil {
 		return err
 	}
-	rd.Redactor = newRedactor(secrets...)
 	if rd.TLS, err = sr.tlsOptions(rd.Spec.TLS); err != nil {
 		return err
 	}
+	var more []string
+	if rd.OAuth2, more, err = sr.oauth2(rd.Spec.Auth, rd.TLS); err != nil {
+		return err
+	}
+	secrets = append(secrets, more...)
+	if rd.Signer, more, err = sr.signer(rd.Spec.Signing); err != nil {
+		return err
+	}
+	rd.Redactor = newRedactor(append(secrets, more...)...)
 	return nil
 }
 
@@ -484,6 +498,84 @@ func (s secretReader) authHeader(a *actionsv1alpha1.AuthConfig) (http.Header, []
 		secrets = append(secrets, string(v), t)
 	}
 	return h, secrets, nil
+}
+
+// oauth2 reads spec.auth.oauth2's client ID and secret (nil without oauth2) and returns, with them, the
+// values to redact: the secret (raw and trimmed) and the client ID when it is long enough (an identity, but
+// read from a Secret). The token endpoint gets the destination's TLS material (tlsOpts).
+func (s secretReader) oauth2(a *actionsv1alpha1.AuthConfig, tlsOpts *httpexec.TLSOptions) (*httpexec.ClientCredentials, []string, error) {
+	if a == nil || a.OAuth2 == nil {
+		return nil, nil, nil
+	}
+	o := a.OAuth2
+	id, err := s.key(&o.ClientID)
+	if err != nil {
+		return nil, nil, err
+	}
+	secret, err := s.key(&o.ClientSecret)
+	if err != nil {
+		return nil, nil, err
+	}
+	tid, tsecret := strings.TrimSpace(string(id)), strings.TrimSpace(string(secret))
+	if tid == "" {
+		return nil, nil, fmt.Errorf("key %q of Secret %s/%s (auth.oauth2.clientID of %s) is empty; put the OAuth2 client ID there",
+			o.ClientID.Key, s.allowed, o.ClientID.Name, s.owner)
+	}
+	if err := s.long(tsecret, o.ClientSecret.Name, o.ClientSecret.Key); err != nil {
+		return nil, nil, err
+	}
+	cc := &httpexec.ClientCredentials{TokenURL: o.TokenURL, ClientID: tid, ClientSecret: tsecret,
+		Scopes: append([]string(nil), o.Scopes...), TLS: tlsOpts}
+	if len(o.EndpointParams) > 0 || o.Audience != "" {
+		cc.EndpointParams = url.Values{}
+		for k, v := range o.EndpointParams {
+			cc.EndpointParams.Set(k, v)
+		}
+		if o.Audience != "" {
+			cc.EndpointParams.Set("audience", o.Audience)
+		}
+	}
+	return cc, []string{string(secret), tsecret, string(id), tid}, nil
+}
+
+// signer reads spec.signing's key (nil without signing) and returns, with the signer, the values to redact.
+func (s secretReader) signer(sc *actionsv1alpha1.SigningConfig) (httpexec.Signer, []string, error) {
+	switch {
+	case sc == nil:
+		return nil, nil, nil
+	case sc.StandardWebhooks != nil:
+		sel := &sc.StandardWebhooks.SecretRef
+		v, err := s.key(sel)
+		if err != nil {
+			return nil, nil, err
+		}
+		t := strings.TrimSpace(string(v))
+		if err := s.long(t, sel.Name, sel.Key); err != nil {
+			return nil, nil, err
+		}
+		sig, err := httpexec.NewStandardWebhooks(t)
+		if err != nil {
+			return nil, nil, fmt.Errorf("key %q of Secret %s/%s (signing.standardWebhooks.secretRef of %s): %w; put the "+
+				"secret there as the Standard Webhooks tools give it, for example whsec_<base64>", sel.Key, s.allowed, sel.Name, s.owner, err)
+		}
+		return sig, []string{string(v), t, strings.TrimPrefix(t, "whsec_")}, nil
+	case sc.HMAC != nil:
+		h := sc.HMAC
+		v, err := s.key(&h.SecretRef)
+		if err != nil {
+			return nil, nil, err
+		}
+		t := strings.TrimSpace(string(v))
+		if err := s.long(t, h.SecretRef.Name, h.SecretRef.Key); err != nil {
+			return nil, nil, err
+		}
+		sig, err := httpexec.NewHMAC(h.Header, string(h.Algorithm), h.Prefix, []byte(t))
+		if err != nil {
+			return nil, nil, fmt.Errorf("signing.hmac of %s: %w", s.owner, err)
+		}
+		return sig, []string{string(v), t}, nil
+	}
+	return nil, nil, nil
 }
 
 // errShortSecret marks a Secret value too short to be redacted safely (MinSecretLength).

@@ -122,9 +122,21 @@ func (r *DestinationReconciler) validate(ctx context.Context, spec *actionsv1alp
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return false, fmt.Errorf("spec.url %q is not an absolute http or https URL", spec.URL)
 	}
-	recheck, err = r.checkEgress(ctx, u.Hostname())
+	recheck, err = r.checkEgress(ctx, "spec.url", u.Hostname())
 	if err != nil {
 		return recheck, err
+	}
+	if a := spec.Auth; a != nil && a.OAuth2 != nil {
+		tu, perr := url.Parse(a.OAuth2.TokenURL)
+		if perr != nil || tu.Host == "" || (tu.Scheme != "http" && tu.Scheme != "https") || tu.User != nil {
+			return recheck, fmt.Errorf("spec.auth.oauth2.tokenURL %q is not an absolute http or https URL without userinfo",
+				a.OAuth2.TokenURL)
+		}
+		tokenRecheck, terr := r.checkEgress(ctx, "spec.auth.oauth2.tokenURL", tu.Hostname())
+		recheck = recheck || tokenRecheck
+		if terr != nil {
+			return recheck, terr
+		}
 	}
 	return recheck, r.validateRest(ctx, spec, secretNS, owner)
 }
@@ -132,13 +144,13 @@ func (r *DestinationReconciler) validate(ctx context.Context, spec *actionsv1alp
 // checkEgress refuses (an error wrapping *egress.DeniedError) a URL host that is an IP literal the egress policy denies, or a
 // name whose addresses are all denied. A name that does not resolve is not judged here: the attempt
 // reports it as a DNS error. isName reports that host is a name.
-func (r *DestinationReconciler) checkEgress(ctx context.Context, host string) (isName bool, err error) {
+func (r *DestinationReconciler) checkEgress(ctx context.Context, field, host string) (isName bool, err error) {
 	if r.Egress == nil {
 		return false, nil
 	}
 	if addr, perr := netip.ParseAddr(host); perr == nil {
 		if derr := r.Egress.Check(addr); derr != nil {
-			return false, fmt.Errorf("spec.url host %s: %w", host, derr)
+			return false, fmt.Errorf("%s host %s: %w", field, host, derr)
 		}
 		return false, nil
 	}
@@ -162,7 +174,7 @@ func (r *DestinationReconciler) checkEgress(ctx context.Context, host string) (i
 			first = derr
 		}
 	}
-	return true, fmt.Errorf("spec.url host %s resolves only to denied addresses (%d); the first: %w", host, len(addrs), first)
+	return true, fmt.Errorf("%s host %s resolves only to denied addresses (%d); the first: %w", field, host, len(addrs), first)
 }
 
 func (r *DestinationReconciler) validateRest(ctx context.Context, spec *actionsv1alpha1.DestinationSpec, secretNS, owner string) error {
@@ -180,7 +192,14 @@ func (r *DestinationReconciler) validateRest(ctx context.Context, spec *actionsv
 	if _, _, err := sr.authHeader(spec.Auth); err != nil {
 		return err
 	}
-	if _, err := sr.tlsOptions(spec.TLS); err != nil {
+	tlsOpts, err := sr.tlsOptions(spec.TLS)
+	if err != nil {
+		return err
+	}
+	if _, _, err := sr.oauth2(spec.Auth, tlsOpts); err != nil {
+		return err
+	}
+	if _, _, err := sr.signer(spec.Signing); err != nil {
 		return err
 	}
 	return nil

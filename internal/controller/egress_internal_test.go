@@ -53,7 +53,7 @@ func TestCheckEgress(t *testing.T) {
 		"unknown.test":     {name: true},
 		"empty.test":       {name: true},
 	} {
-		isName, err := r.checkEgress(context.Background(), host)
+		isName, err := r.checkEgress(context.Background(), "spec.url", host)
 		if (err != nil) != want.denied || isName != want.name {
 			t.Errorf("checkEgress(%q) = %v, %v; want denied %v, name %v", host, isName, err, want.denied, want.name)
 			continue
@@ -63,7 +63,7 @@ func TestCheckEgress(t *testing.T) {
 			t.Errorf("checkEgress(%q) error %q: want an egress denial containing %q and %s", host, err, want.msg, egress.FlagAllow)
 		}
 	}
-	if isName, err := (&DestinationReconciler{}).checkEgress(context.Background(), "127.0.0.1"); err != nil || isName {
+	if isName, err := (&DestinationReconciler{}).checkEgress(context.Background(), "spec.url", "127.0.0.1"); err != nil || isName {
 		t.Errorf("without a policy: %v, %v; want no verdict", isName, err)
 	}
 }

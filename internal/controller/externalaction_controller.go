@@ -99,6 +99,10 @@ type ExternalActionReconciler struct {
 	Dispatcher *dispatch.Dispatcher[*pendingOutcome]
 	// Tombstones proves a new key has no tombstone without a read (nil: always read live; see checkTombstone).
 	Tombstones *TombstoneIndex
+	// Tokens caches the OAuth2 access tokens of destinations with spec.auth.oauth2, in memory only. nil: made on
+	// first use from Executor's TokenClient (so the egress policy applies to token endpoints too).
+	Tokens   *httpexec.TokenCache
+	tokensMu sync.Mutex
 
 	// pending holds outcomes not yet written (DESIGN rule 2): handed back by the dispatcher, or kept after a
 	// failed write. Recorded before anything else is decided, never re-sent.

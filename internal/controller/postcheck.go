@@ -79,8 +79,8 @@ func (r *ExternalActionReconciler) checkJob(xa *actionsv1alpha1.ExternalAction, 
 		Destination: dest.ID, Key: types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name}, Attempt: attempt,
 		MaxInFlight: dest.MaxInFlight, Deadline: deadline, StartBy: deadline.Add(-min(minUsefulSend, dest.Timeout/2)),
 		Run: func(ctx context.Context) *pendingOutcome {
-			res := r.askCheck(ctx, dest, target, idemKey)
-			return &pendingOutcome{attempt: attempt, env: env, check: r.verdict(dest, res)}
+			res, red := r.askCheck(ctx, dest, target, idemKey)
+			return &pendingOutcome{attempt: attempt, env: env, check: r.verdict(dest, res, red)}
 		},
 		NotRun: func(error) *pendingOutcome {
 			return &pendingOutcome{attempt: attempt, env: env, check: &checkResult{skipped: true}}
@@ -88,8 +88,10 @@ func (r *ExternalActionReconciler) checkJob(xa *actionsv1alpha1.ExternalAction, 
 	}
 }
 
-// askCheck sends the post-check request (method default GET) with the destination's auth and the key.
-func (r *ExternalActionReconciler) askCheck(ctx context.Context, dest *resolvedDestination, target, idemKey string) httpexec.Result {
+// askCheck sends the post-check request (method default GET) with the destination's auth, signature and the
+// key, and returns its result with the request's redactor. Without an OAuth2 token nothing is sent (the
+// result is a TokenUnavailable error: inconclusive).
+func (r *ExternalActionReconciler) askCheck(ctx context.Context, dest *resolvedDestination, target, idemKey string) (httpexec.Result, *redactor) {
 	timeout := dest.Timeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(dl))
@@ -103,19 +105,25 @@ func (r *ExternalActionReconciler) askCheck(ctx context.Context, dest *resolvedD
 	if m == "" {
 		m = http.MethodGet
 	}
-	return r.Executor.Execute(ctx, httpexec.Request{Method: m, URL: target, Header: h, Timeout: timeout, TLS: dest.TLS},
-		keepBytes(dest.Redactor))
+	red, token, err := r.authorize(ctx, dest, h, nil, idemKey)
+	if err != nil {
+		return httpexec.Result{Err: err, ErrorClass: httpexec.ClassTokenUnavailable}, red
+	}
+	res := r.Executor.Execute(ctx, httpexec.Request{Method: m, URL: target, Header: h, Timeout: timeout, TLS: dest.TLS},
+		keepBytes(red))
+	r.dropRefusedToken(dest, token, res)
+	return res, red
 }
 
 // verdict evaluates the post-check's applied and notApplied expressions on its response; a failed request
 // or a response neither proves is inconclusive.
-func (r *ExternalActionReconciler) verdict(dest *resolvedDestination, res httpexec.Result) *checkResult {
+func (r *ExternalActionReconciler) verdict(dest *resolvedDestination, res httpexec.Result, red *redactor) *checkResult {
 	out := &checkResult{verdict: ledger.VerdictInconclusive}
 	if res.Err != nil || res.Response == nil {
 		return out
 	}
 	rc := dest.Spec.Reconciliation
-	out.rec = responseRecord(res.Response, dest.Redactor)
+	out.rec = responseRecord(res.Response, red)
 	in := exprResponse(res.Response)
 	if p, err := r.Exprs.Get(rc.Applied); err == nil {
 		if ok, _ := p.Eval(in); ok {

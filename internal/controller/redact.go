@@ -37,6 +37,14 @@ func newRedactor(values ...string) *redactor {
 	return &redactor{values: vs}
 }
 
+// with returns a redactor for r's values plus values (r itself is not changed).
+func (r *redactor) with(values ...string) *redactor {
+	if r == nil {
+		return newRedactor(values...)
+	}
+	return newRedactor(append(append([]string(nil), r.values...), values...)...)
+}
+
 // longest is the length of the longest value, in bytes (0 without values).
 func (r *redactor) longest() int {
 	if r == nil || len(r.values) == 0 {

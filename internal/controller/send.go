@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -63,20 +64,84 @@ func (r *ExternalActionReconciler) send(ctx context.Context, xa *actionsv1alpha1
 		h[k] = append([]string(nil), vs...)
 	}
 	h.Set(dest.KeyHeader, xa.Status.IdempotencyKey)
-	keep := keepBytes(dest.Redactor)
+	red, token, err := r.authorize(ctx, dest, h, body, xa.Status.IdempotencyKey)
+	if err != nil {
+		// Nothing was sent to the destination: retried within the policy like a refused dial.
+		return notSent(r.Clock.Now(), string(httpexec.ClassTokenUnavailable), red.String(err.Error())+"; nothing was sent")
+	}
+	keep := keepBytes(red)
 	if xa.Spec.Outputs != nil {
-		keep = max(keep, actionsv1alpha1.MaxOutputResponseBytes+dest.Redactor.longest())
+		keep = max(keep, actionsv1alpha1.MaxOutputResponseBytes+red.longest())
 	}
 	res := r.Executor.Execute(ctx, httpexec.Request{
 		Method: method(xa), URL: target, Header: h, Body: body,
 		Timeout: timeout, TLS: dest.TLS,
 	}, keep)
-	o := r.classify(xa, res, env, dest.Redactor)
+	r.dropRefusedToken(dest, token, res)
+	o := r.classify(xa, res, env, red, token != "")
 	if o.Class == retry.ClassSuccess && xa.Spec.Outputs != nil && res.Response != nil {
 		// Only a success holds outputs: never a failed, retried or uncertain attempt.
-		r.holdOutputs(context.WithoutCancel(ctx), xa, res.Response, dest.Redactor)
+		r.holdOutputs(context.WithoutCancel(ctx), xa, res.Response, red)
 	}
 	return o
+}
+
+// authorize adds what is computed per request to h: the OAuth2 access token (spec.auth.oauth2, from the
+// reconciler's token cache) and then the signature (spec.signing, made at the clock's now over body, with the
+// idempotency key as the message id), so that each attempt is signed anew. It returns the redactor of this
+// request (the destination's Secret values plus the token) and the token sent ("" without oauth2). An error
+// means that no token could be obtained and nothing may be sent; its text names no secret.
+func (r *ExternalActionReconciler) authorize(ctx context.Context, dest *resolvedDestination, h http.Header, body []byte,
+	key string) (*redactor, string, error) {
+	red, token := dest.Redactor, ""
+	if dest.OAuth2 != nil {
+		tokens, err := r.tokens()
+		if err != nil {
+			return red, "", err
+		}
+		if token, err = tokens.Token(ctx, dest.ID, *dest.OAuth2); err != nil {
+			return red, "", err
+		}
+		h.Set("Authorization", "Bearer "+token)
+		red = red.with(token, "Bearer "+token)
+	}
+	if dest.Signer != nil {
+		if err := dest.Signer.Sign(h, key, body, r.Clock.Now()); err != nil {
+			return red, token, err
+		}
+	}
+	return red, token, nil
+}
+
+// dropRefusedToken drops the cached token that the destination refused with a 401, so that the next request
+// fetches a new one.
+func (r *ExternalActionReconciler) dropRefusedToken(dest *resolvedDestination, token string, res httpexec.Result) {
+	if token == "" || res.Response == nil || res.Response.StatusCode != http.StatusUnauthorized {
+		return
+	}
+	if tokens, err := r.tokens(); err == nil {
+		tokens.Invalidate(dest.ID, token)
+	}
+}
+
+// errNoTokenClient: a destination uses auth.oauth2 but the reconciler has no TokenCache and its executor
+// cannot make one.
+var errNoTokenClient = errors.New("no OAuth2 token client: the executor provides none (set ExternalActionReconciler.Tokens)")
+
+// tokens returns r.Tokens, made on first use from an executor that offers TokenClient (httpexec.HTTPExecutor).
+func (r *ExternalActionReconciler) tokens() (*httpexec.TokenCache, error) {
+	r.tokensMu.Lock()
+	defer r.tokensMu.Unlock()
+	if r.Tokens == nil {
+		tc, ok := r.Executor.(interface {
+			TokenClient(*httpexec.TLSOptions) (*http.Client, error)
+		})
+		if !ok {
+			return nil, fmt.Errorf("%w: %w", httpexec.ErrTokenUnavailable, errNoTokenClient)
+		}
+		r.Tokens = httpexec.NewTokenCache(tc.TokenClient)
+	}
+	return r.Tokens, nil
 }
 
 // keepBytes is how much of a response body the executor keeps: the status cap plus the longest Secret value,
@@ -88,9 +153,13 @@ func keepBytes(red *redactor) int {
 // classify turns an attempt's result into an outcome. Every destination-supplied string in it (error text,
 // Retry-After, the kept response) has the destination's Secret values redacted; the retry decision and
 // successWhen see the response as received.
-func (r *ExternalActionReconciler) classify(xa *actionsv1alpha1.ExternalAction, res httpexec.Result, env ledger.Env, red *redactor) ledger.Outcome {
+//
+// renewed says that the request carried an OAuth2 token, which a 401 has dropped (dropRefusedToken): the 401
+// is then retried with a new token.
+func (r *ExternalActionReconciler) classify(xa *actionsv1alpha1.ExternalAction, res httpexec.Result, env ledger.Env, red *redactor,
+	renewed bool) ledger.Outcome {
 	o := ledger.Outcome{FinishedAt: r.Clock.Now()}
-	obs := retry.Observation{Err: res.Err, Written: res.Written}
+	obs := retry.Observation{Err: res.Err, Written: res.Written, RenewedCredential: renewed}
 	if res.Err != nil {
 		o.ErrorClass = string(res.ErrorClass)
 		o.Error = red.String(res.Err.Error())

@@ -172,6 +172,9 @@ const (
 	// WithEgressPolicy). Nothing was sent; it is retried like a dial error, so a policy change lets the
 	// action proceed.
 	ClassEgressDenied ErrorClass = "EgressDenied"
+	// ClassTokenUnavailable: no OAuth2 access token could be obtained from the token endpoint (TokenCache);
+	// nothing was sent to the destination, so it is retried like a dial error.
+	ClassTokenUnavailable ErrorClass = "TokenUnavailable"
 	// ClassOther: anything else, including invalid requests and TLS options.
 	ClassOther ErrorClass = "Other"
 )

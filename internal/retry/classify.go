@@ -45,6 +45,10 @@ type Observation struct {
 	Written bool
 	// Succeeded reports that successWhen held; only meaningful with a response.
 	Succeeded bool
+	// RenewedCredential reports that the request carried a credential the caller drops on a 401 and obtains
+	// anew for the next attempt (an OAuth2 access token): a 401 then says the request was refused before it
+	// was processed (RFC 9110 §15.5.2, RFC 6750 §3.1 "invalid_token"), so it is retried.
+	RenewedCredential bool
 }
 
 // Classify applies DESIGN rule 4 to one attempt.
@@ -57,6 +61,7 @@ type Observation struct {
 // In order:
 //   - no response (Err != nil, or StatusCode 0): NotSent if !Written, else Uncertain;
 //   - Succeeded: Success;
+//   - 401 and RenewedCredential: Retryable (the next attempt carries a new token);
 //   - 409 and keySupported: InProgress (the IETF Idempotency-Key draft's
 //     "request with this key is still being processed");
 //   - a status in p.RetryOnStatus: Retryable for 408, 425, 429 and 503, which say
@@ -73,6 +78,9 @@ func Classify(o Observation, p Policy, repeatSafe, keySupported bool) Class {
 	}
 	if o.Succeeded {
 		return ClassSuccess
+	}
+	if o.StatusCode == http.StatusUnauthorized && o.RenewedCredential {
+		return ClassRetryable
 	}
 	if o.StatusCode == http.StatusConflict && keySupported {
 		return ClassInProgress

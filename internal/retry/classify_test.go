@@ -53,6 +53,12 @@ func TestClassify(t *testing.T) {
 		{"504 with key support (C03 proxy)", Observation{StatusCode: 504, Written: true}, def, true, true, ClassRetryable},
 		{"500 not in retryOnStatus", Observation{StatusCode: 500, Written: true}, none, true, true, ClassRejected},
 		{"custom retryOnStatus 418, safe", Observation{StatusCode: 418, Written: true}, Policy{RetryOnStatus: []int32{418}}, true, false, ClassRetryable},
+		// 401 with a credential that is renewed on a 401 (OAuth2): refused before processing, retried.
+		{"401 with a renewed OAuth2 token, unsafe", Observation{StatusCode: 401, Written: true, RenewedCredential: true}, def, false, false, ClassRetryable},
+		{"401 with a renewed token, not in retryOnStatus", Observation{StatusCode: 401, Written: true, RenewedCredential: true}, none, false, false, ClassRetryable},
+		{"401 with a static credential is a rejection", Observation{StatusCode: 401, Written: true}, def, true, true, ClassRejected},
+		{"403 with a renewed token is a rejection", Observation{StatusCode: 403, Written: true, RenewedCredential: true}, def, false, false, ClassRejected},
+		{"401 successWhen held", Observation{StatusCode: 401, Written: true, Succeeded: true, RenewedCredential: true}, def, false, false, ClassSuccess},
 		// Business rejections.
 		{"422 (C10)", Observation{StatusCode: 422, Written: true}, def, true, true, ClassRejected},
 		{"400", Observation{StatusCode: 400, Written: true}, def, false, false, ClassRejected},
