@@ -94,7 +94,6 @@ const (
 // that grows with the time waited. The store's error goes to the log only (it may name the database host).
 func (r *ExternalActionReconciler) waitOnTombstoneStore(ctx context.Context, xa *actionsv1alpha1.ExternalAction,
 	err *errTombstoneStore, env ledger.Env) (ctrl.Result, error) {
-	log.FromContext(ctx).Info("tombstone lookup not answered; the first send waits", "store", err.store, "err", err.err.Error())
 	waited := time.Duration(0)
 	if c := meta.FindStatusCondition(xa.Status.Conditions, actionsv1alpha1.ConditionReconciling); c != nil &&
 		c.Reason == actionsv1alpha1.ReasonTombstoneStoreUnavailable {
@@ -105,8 +104,12 @@ func (r *ExternalActionReconciler) waitOnTombstoneStore(ctx context.Context, xa 
 	msg := fmt.Sprintf("the tombstone store (%s) did not answer whether this key was used before; nothing is sent "+
 		"until it does (manager log, metric actionledger_tombstone_store_up)", err.store)
 	step := ledger.Delayed(&xa.Status, actionsv1alpha1.ReasonTombstoneStoreUnavailable, msg, env.Now.Add(wait), env)
+	logger := log.FromContext(ctx)
 	if step.Status != nil {
 		step.Event = &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonTombstoneStoreUnavailable, Message: msg}
+		logger.Info("tombstone lookup not answered; the first send waits", "store", err.store, "err", err.err.Error())
+	} else {
+		logger.V(1).Info("tombstone lookup still not answered", "store", err.store, "err", err.err.Error(), "recheckIn", wait)
 	}
 	if _, aerr := r.apply(ctx, xa, step, ""); aerr != nil {
 		return ctrl.Result{}, aerr

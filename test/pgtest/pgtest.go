@@ -199,6 +199,21 @@ func (s *Server) SQL(ctx context.Context, db, statements string) error {
 	return nil
 }
 
+// Query runs one query with psql on database db and returns its rows unaligned, without headers, fields
+// separated by "|" and rows by newlines (psql -At), trimmed; for example
+// Query(ctx, "postgres", "SELECT pg_total_relation_size('actionledger_tombstones')") returns "98304".
+func (s *Server) Query(ctx context.Context, db, query string) (string, error) {
+	cmd := s.command(ctx, "psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", s.sock,
+		"-p", strconv.Itoa(s.port), "-U", Superuser, "-d", db, "-c", query)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("pgtest: psql: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
 // Shutdown stops the postmaster (fast shutdown: open connections are closed) and keeps the data directory and
 // the port, so Restart brings the same cluster back. Shutting down a stopped server does nothing.
 func (s *Server) Shutdown() error {
