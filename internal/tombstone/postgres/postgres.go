@@ -352,6 +352,7 @@ func (e *Expirer) NeedLeaderElection() bool { return true }
 func (e *Expirer) Start(ctx context.Context) error {
 	t := time.NewTicker(e.s.o.ExpireInterval)
 	defer t.Stop()
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -366,11 +367,17 @@ func (e *Expirer) Start(ctx context.Context) error {
 			return nil
 		}
 		metrics.TombstoneStoreResult(tombstone.StorePostgres, "expire", err)
-		if err != nil {
-			e.s.o.Log.Error(err, "expiring tombstones", "deleted", n)
-		} else if n > 0 {
+		switch {
+		case err != nil && !failing:
+			e.s.o.Log.Error(err, "expiring tombstones failed; retrying every interval", "deleted", n, "interval", e.s.o.ExpireInterval)
+		case err != nil:
+			e.s.o.Log.V(1).Info("expiring tombstones still fails", "deleted", n, "err", err.Error())
+		case failing:
+			e.s.o.Log.Info("expiring tombstones works again", "deleted", n)
+		case n > 0:
 			e.s.o.Log.V(1).Info("expired tombstones", "deleted", n)
 		}
+		failing = err != nil
 	}
 }
 

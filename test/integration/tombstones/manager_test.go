@@ -2,10 +2,12 @@ package tombstones
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +31,8 @@ type managed struct {
 	name  string
 	setup func(t *testing.T) (app.Options, tombstone.Store)
 }
+
+var pgLabel = map[string]string{"store": tombstone.StorePostgres}
 
 var managers = []managed{
 	{name: tombstone.StoreObjects, setup: func(t *testing.T) (app.Options, tombstone.Store) {
@@ -159,29 +163,34 @@ func TestRulesSixToEight(t *testing.T) {
 	}
 }
 
-// gauge reads name{store=store} from the manager's registry (the manager runs in this process).
-func gauge(t *testing.T, name, store string) float64 {
+// sample sums the gauge or counter samples of name whose labels include want, from the manager's registry (the
+// manager runs in this process); -1 when there is none.
+func sample(t *testing.T, name string, want map[string]string) float64 {
 	t.Helper()
 	fams, err := ctrlmetrics.Registry.(prometheus.Gatherer).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	v, found := 0.0, false
 	for _, f := range fams {
 		if f.GetName() != name {
 			continue
 		}
+	next:
 		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "store" && l.GetValue() == store {
-					if m.GetGauge() != nil {
-						return m.GetGauge().GetValue()
-					}
-					return m.GetCounter().GetValue()
+			for k, val := range want {
+				if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == k && l.GetValue() == val }) {
+					continue next
 				}
 			}
+			found = true
+			v += m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
-	return -1
+	if !found {
+		return -1
+	}
+	return v
 }
 
 // While PostgreSQL is down, a first send waits (Reconciling, reason TombstoneStoreUnavailable; the metric says
@@ -218,11 +227,11 @@ func TestPostgresDownFirstSendWaits(t *testing.T) {
 		t.Errorf("waiting action's status = %s, want Pending with no fingerprint bound and no attempt", envtestutil.JSON(waiting.Status))
 	}
 	env.WaitEvent(t, ns, "new-1", corev1.EventTypeWarning, actionsv1alpha1.ReasonTombstoneStoreUnavailable, 15*time.Second)
-	if v := gauge(t, "actionledger_tombstone_store_up", tombstone.StorePostgres); v != 0 {
+	if v := sample(t, "actionledger_tombstone_store_up", pgLabel); v != 0 {
 		t.Errorf("actionledger_tombstone_store_up{store=postgres} = %v while the database is down, want 0", v)
 	}
-	if v := gauge(t, "actionledger_tombstone_store_errors_total", tombstone.StorePostgres); v < 1 {
-		t.Errorf("actionledger_tombstone_store_errors_total{store=postgres} = %v, want failed lookups counted", v)
+	if v := sample(t, "actionledger_tombstone_store_errors_total", map[string]string{"store": tombstone.StorePostgres, "op": "lookup"}); v < 1 {
+		t.Errorf("actionledger_tombstone_store_errors_total{store=postgres,op=lookup} = %v, want failed lookups counted", v)
 	}
 	// The action past its first sight retries and finishes while the database is down.
 	env.WaitPhase(t, ns, "retrying", actionsv1alpha1.PhaseSucceeded, 30*time.Second)
@@ -237,6 +246,6 @@ func TestPostgresDownFirstSendWaits(t *testing.T) {
 		t.Fatalf("destination received %d requests for %s, want 1", n, key)
 	}
 	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the store gauge to be 1 again"), func() bool {
-		return gauge(t, "actionledger_tombstone_store_up", tombstone.StorePostgres) == 1
+		return sample(t, "actionledger_tombstone_store_up", pgLabel) == 1
 	})
 }
