@@ -61,6 +61,7 @@ func run() int {
 		claimMargin                                       time.Duration
 		maxInFlight                                       int
 		shutdownGrace                                     time.Duration
+		watchSelector, leaderElectionID                   string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to, "+
 		"e.g. :8443 (HTTPS) or :8080 (HTTP with --metrics-secure=false). 0 disables it.")
@@ -86,6 +87,12 @@ func run() int {
 		"On SIGTERM or loss of leadership: how long requests in flight are awaited and their outcomes recorded; "+
 			"what is still open then is left claimed (DESIGN rule 3 after a restart). Keep it below the pod's "+
 			"terminationGracePeriodSeconds minus 10s.")
+	flag.StringVar(&watchSelector, "watch-label-selector", "", "Run as one shard: watch and send only the "+
+		"ExternalActions matching this label selector, e.g. 'sharding.actionledger.dev/key in (shard1)' (the "+
+		"default shard: '!sharding.actionledger.dev/key'). Each shard elects its own leader and shares every "+
+		"destination's limits with the other shards (docs/sharding.md). Empty: one manager for everything.")
+	flag.StringVar(&leaderElectionID, "leader-election-id", "", "Name of the leader election Lease (default "+
+		app.DefaultLeaderElectionID+", plus a hash of --watch-label-selector when set).")
 	var egressCfg egress.Config
 	cidrsFlag(&egressCfg.Allow, strings.TrimPrefix(egress.FlagAllow, "--"), "Comma-separated CIDRs that destinations "+
 		"may reach although the default egress deny set (loopback, link-local/cloud metadata, unspecified, multicast, "+
@@ -136,6 +143,8 @@ func run() int {
 		Egress:                    &egressCfg,
 		InsecureSkipVerifyAllowed: insecureSkipVerifyAllowed,
 		AllEvents:                 events == "all",
+		WatchLabelSelector:        watchSelector,
+		LeaderElectionID:          leaderElectionID,
 	})
 	if err != nil {
 		setupLog.Error(err, "Failed to set up the manager")
@@ -143,7 +152,7 @@ func run() int {
 	}
 	setupLog.Info("Starting manager",
 		"leaderElection", leaderElect, "qps", qps, "burst", burst, "concurrency", concurrency,
-		"maxInFlight", maxInFlight, "shutdownGrace", shutdownGrace,
+		"maxInFlight", maxInFlight, "shutdownGrace", shutdownGrace, "watchLabelSelector", watchSelector,
 		"egressAllow", egressCfg.Allow, "egressDeny", egressCfg.Deny)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Failed to run manager")

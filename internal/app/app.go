@@ -5,12 +5,14 @@ package app
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -30,6 +32,7 @@ import (
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
+	"github.com/actionledger/actionledger/internal/shard"
 )
 
 // Scheme holds the Kubernetes core types and actionledger's API.
@@ -81,6 +84,28 @@ type Options struct {
 	Executor httpexec.Executor
 	// SkipNameValidation allows several managers in one process (tests only).
 	SkipNameValidation bool
+	// WatchLabelSelector (--watch-label-selector, a label selector as kubectl -l takes it) makes this manager one
+	// shard: it watches and sends only the ExternalActions it matches, takes the leader-election ID
+	// ShardLeaderElectionID unless LeaderElectionID is set, and shares every destination's limits with the
+	// other shards (package shard, docs/sharding.md). Empty: one manager for everything, nothing shared.
+	WatchLabelSelector string
+	// LeaderElectionID overrides the leader-election Lease name (--leader-election-id).
+	LeaderElectionID string
+	// ShardNamespace holds the shard member Leases; empty uses LeaderElectionNamespace, then ControllerNamespace.
+	ShardNamespace string
+	// ShardInterval and ShardLeaseDuration override shard.DefaultInterval and shard.DefaultLeaseDuration (tests).
+	ShardInterval, ShardLeaseDuration time.Duration
+}
+
+// DefaultLeaderElectionID is the leader-election Lease name of a manager without --watch-label-selector.
+const DefaultLeaderElectionID = "actionledger.actions.actionledger.dev"
+
+// ShardLeaderElectionID returns the leader-election ID of the shard watching selector: DefaultLeaderElectionID
+// and the first 8 hex digits of the selector's SHA-256 (as Flux derives one per shard), so that each shard
+// elects its own leader. The selector is hashed as given: two spellings of one selector are two shards.
+func ShardLeaderElectionID(selector string) string {
+	sum := sha256.Sum256([]byte(selector))
+	return DefaultLeaderElectionID + "-" + hex.EncodeToString(sum[:4])
 }
 
 // ShutdownRecordTime is what the manager's graceful shutdown allows beyond ShutdownGrace to record the
@@ -117,15 +142,35 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		grace = dispatch.DefaultShutdownGrace
 	}
 	shutdownTimeout := grace + ShutdownRecordTime
+	var watchSelector labels.Selector
+	leID := o.LeaderElectionID
+	if o.WatchLabelSelector != "" {
+		sel, err := labels.Parse(o.WatchLabelSelector)
+		if err != nil {
+			return nil, fmt.Errorf("parsing --watch-label-selector %q: %w", o.WatchLabelSelector, err)
+		}
+		watchSelector = sel
+		if leID == "" {
+			leID = ShardLeaderElectionID(o.WatchLabelSelector)
+		}
+	}
+	if leID == "" {
+		leID = DefaultLeaderElectionID
+	}
 	// The tombstone index learns of every (re)list of the ExternalAction informer through its ListerWatcher.
-	tombstones := controller.NewTombstoneIndex(nil)
+	// A shard does without it: its informer sees only its own shard's deletions, so it cannot prove that a key
+	// deleted in another shard left no tombstone; tombstones are global and every first send reads one live.
+	var tombstones *controller.TombstoneIndex
+	if watchSelector == nil {
+		tombstones = controller.NewTombstoneIndex(nil)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme,
 		GracefulShutdownTimeout:       &shutdownTimeout,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        probe,
 		LeaderElection:                o.LeaderElection,
-		LeaderElectionID:              "actionledger.actions.actionledger.dev",
+		LeaderElectionID:              leID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		Cache: cache.Options{
@@ -133,12 +178,14 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				// Finished actions are cached without their history and response body (they are most of the
-				// cache at scale); the reconciler's client refuses to write from such a copy (GuardTrimmed).
-				&actionsv1alpha1.ExternalAction{}: {Transform: controller.TrimFinished},
+				// cache at scale); the reconciler's client refuses to write from such a copy (GuardTrimmed). A
+				// shard sees only the actions its selector matches (nil: all); Destinations, ClusterDestinations
+				// and tombstones are not sharded.
+				&actionsv1alpha1.ExternalAction{}: {Transform: controller.TrimFinished, Label: watchSelector},
 			},
 			NewInformer: func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration,
 				idx toolscache.Indexers) toolscache.SharedIndexInformer {
-				if _, ok := obj.(*actionsv1alpha1.ExternalAction); ok {
+				if _, ok := obj.(*actionsv1alpha1.ExternalAction); ok && tombstones != nil {
 					lw = tombstones.RelistHook(lw)
 				}
 				return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)
@@ -172,13 +219,35 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if holder == "" {
 		holder = NewHolder()
 	}
-	tombstones.Reader = mgr.GetAPIReader()
-	xaInformer, err := mgr.GetCache().GetInformer(context.Background(), &actionsv1alpha1.ExternalAction{})
-	if err != nil {
-		return nil, fmt.Errorf("getting the ExternalAction informer: %w", err)
+	if tombstones != nil {
+		tombstones.Reader = mgr.GetAPIReader()
+		xaInformer, err := mgr.GetCache().GetInformer(context.Background(), &actionsv1alpha1.ExternalAction{})
+		if err != nil {
+			return nil, fmt.Errorf("getting the ExternalAction informer: %w", err)
+		}
+		if _, err := xaInformer.AddEventHandler(tombstones.Handler()); err != nil {
+			return nil, fmt.Errorf("adding the tombstone index's event handler: %w", err)
+		}
 	}
-	if _, err := xaInformer.AddEventHandler(tombstones.Handler()); err != nil {
-		return nil, fmt.Errorf("adding the tombstone index's event handler: %w", err)
+	var shards *shard.Membership
+	if watchSelector != nil {
+		memberID := holder // without leader election every process is its own member
+		if o.LeaderElection {
+			memberID = leID // the shard's leader, whoever it is, renews one Lease
+		}
+		ns := o.ShardNamespace
+		if ns == "" {
+			ns = o.LeaderElectionNamespace
+		}
+		if ns == "" {
+			ns = o.ControllerNamespace
+		}
+		shards = &shard.Membership{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: ns,
+			Name: shard.MemberName(memberID), Holder: holder, Interval: o.ShardInterval,
+			LeaseDuration: o.ShardLeaseDuration, Clock: clk}
+		if err := mgr.Add(shards); err != nil {
+			return nil, fmt.Errorf("adding the shard membership: %w", err)
+		}
 	}
 	if err := (&controller.ExternalActionReconciler{
 		Client:                    controller.GuardTrimmed(mgr.GetClient()),
@@ -199,6 +268,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		AllEvents:                 o.AllEvents,
 		SkipNameValidation:        o.SkipNameValidation,
 		Tombstones:                tombstones,
+		Shards:                    shards,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the ExternalAction controller: %w", err)
 	}

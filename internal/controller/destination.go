@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
@@ -394,6 +395,25 @@ func limitsFor(spec *actionsv1alpha1.DestinationSpec) limiter.Limits {
 		}
 	}
 	return l
+}
+
+// takeShare divides dest's limits (rate, burst, retry-budget floor, maxInFlight) by the number of shards using
+// it (r.Shards; docs/sharding.md), or returns how long to wait while this shard is not yet allowed a share.
+// maxInFlight keeps a floor of 1 per shard.
+func (r *ExternalActionReconciler) takeShare(dest *resolvedDestination, now time.Time) (time.Duration, bool) {
+	shares, wait, ok := r.Shards.Share(dest.ID, now)
+	if !ok {
+		return wait, false
+	}
+	if shares > 1 {
+		dest.Limits.Shares = shares
+		m := dest.MaxInFlight
+		if m <= 0 {
+			m = dispatch.DefaultMaxInFlight
+		}
+		dest.MaxInFlight = max(1, m/shares)
+	}
+	return 0, true
 }
 
 // secretReader reads Secret keys for one destination, refusing any namespace but the allowed one.

@@ -56,6 +56,7 @@ import (
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/retry"
+	"github.com/actionledger/actionledger/internal/shard"
 )
 
 // ExternalActionReconciler reconciles ExternalAction objects.
@@ -99,6 +100,9 @@ type ExternalActionReconciler struct {
 	Dispatcher *dispatch.Dispatcher[*pendingOutcome]
 	// Tombstones proves a new key has no tombstone without a read (nil: always read live; see checkTombstone).
 	Tombstones *TombstoneIndex
+	// Shards divides each destination's limits among the shards that use it (--watch-label-selector); nil
+	// without sharding: every limit is this manager's alone.
+	Shards *shard.Membership
 
 	// pending holds outcomes not yet written (DESIGN rule 2): handed back by the dispatcher, or kept after a
 	// failed write. Recorded before anything else is decided, never re-sent.
@@ -130,11 +134,16 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 
 	xa := &actionsv1alpha1.ExternalAction{}
 	if err := r.Get(ctx, req.NamespacedName, xa); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.pending.Delete(req.NamespacedName) // the object is gone: there is nothing left to record on
-			r.subjectWaits.Delete(req.NamespacedName)
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if moved, err := r.movedAway(ctx, req.NamespacedName, xa); err != nil || !moved {
+			if err == nil {
+				r.pending.Delete(req.NamespacedName) // the object is gone: there is nothing left to record on
+				r.subjectWaits.Delete(req.NamespacedName)
+			}
+			return ctrl.Result{}, err
+		}
 	}
 	logger := log.FromContext(ctx).WithValues("externalaction", klog.KObj(xa))
 	ctx = log.IntoContext(ctx, logger)
@@ -239,6 +248,23 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 	}
 }
 
+// movedAway reports whether an object that the cache does not hold, but whose outcome this manager holds
+// (r.pending), still exists: it was relabeled out of this shard's --watch-label-selector while its attempt was
+// in flight. Then xa is its live copy and the outcome is recorded on it all the same (DESIGN rule 2); the shard
+// that now owns it takes over from there.
+func (r *ExternalActionReconciler) movedAway(ctx context.Context, nn types.NamespacedName, xa *actionsv1alpha1.ExternalAction) (bool, error) {
+	if _, ok := r.pending.Load(nn); !ok || r.APIReader == nil {
+		return false, nil
+	}
+	if err := r.APIReader.Get(ctx, nn, xa); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading %s, whose outcome is pending, from the API server: %w", nn, err)
+	}
+	return true, nil
+}
+
 // claimAndSend waits for room at the destination, reads its credentials, takes a token from its limits,
 // writes the claim (DESIGN rule 1) and only then hands the send to the dispatcher (DESIGN rule 10).
 func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
@@ -250,6 +276,12 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 		if held, res, err := r.holdSubject(ctx, xa, env); !held {
 			return res, err
 		}
+	}
+	if wait, ok := r.takeShare(dest, env.Now); !ok {
+		until := env.Now.Add(wait)
+		msg := fmt.Sprintf("waiting for destination %s (%s): this shard is joining the destination's shared limits "+
+			"until %s", dest.ID, actionsv1alpha1.ReasonRateLimited, until.UTC().Format(time.RFC3339Nano))
+		return r.apply(ctx, xa, ledger.Delayed(&xa.Status, actionsv1alpha1.ReasonRateLimited, msg, until, env), dest.ID)
 	}
 	if r.Dispatcher != nil && !r.Dispatcher.HasRoom(dest.ID, xa.Namespace) {
 		return r.waitForRoom(ctx, xa, dest, env) // before Admit: no token is spent

@@ -56,6 +56,9 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 		env.Now = r.Clock.Now()
 		return r.recordCheck(ctx, xa, &pendingOutcome{attempt: attempt, env: env, check: &checkResult{verdict: ledger.VerdictInconclusive}})
 	}
+	if wait, ok := r.takeShare(dest, env.Now); !ok {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if r.Dispatcher != nil && !r.Dispatcher.HasRoom(dest.ID, xa.Namespace) {
 		return ctrl.Result{RequeueAfter: roomRecheck}, nil
 	}
