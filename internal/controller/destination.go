@@ -416,6 +416,16 @@ func (r *ExternalActionReconciler) takeShare(dest *resolvedDestination, now time
 	return 0, true
 }
 
+// shareRecheck caps the limiter's wait at the shard Lease duration while dest's limits are divided: the wait
+// was computed at this shard's share, and when a shard leaves, the larger share is taken at the next ask
+// instead of after the whole backlog was served at the smaller one.
+func (r *ExternalActionReconciler) shareRecheck(dest *resolvedDestination, wait time.Duration) time.Duration {
+	if dest.Limits.Shares > 1 {
+		return min(wait, r.Shards.Recheck())
+	}
+	return wait
+}
+
 // secretReader reads Secret keys for one destination, refusing any namespace but the allowed one.
 type secretReader struct {
 	reader  client.Reader

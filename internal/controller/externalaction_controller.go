@@ -293,6 +293,7 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 	key := xa.Namespace + "/" + xa.Name
 	ok, wait, reason := r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, key, attempt == 1, env.Now)
 	if !ok {
+		wait = r.shareRecheck(dest, wait)
 		apiReason := limiterReason(reason)
 		metrics.Delayed.WithLabelValues(dest.ID, apiReason).Inc()
 		until := env.Now.Add(wait)

@@ -67,7 +67,7 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 	}
 	if ok, wait, reason := r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, xa.Namespace+"/"+xa.Name, true, env.Now); !ok {
 		metrics.Delayed.WithLabelValues(dest.ID, limiterReason(reason)).Inc()
-		return ctrl.Result{RequeueAfter: wait}, nil
+		return ctrl.Result{RequeueAfter: r.shareRecheck(dest, wait)}, nil
 	}
 	return r.dispatchCheck(ctx, xa, r.checkJob(xa, dest, target, env))
 }

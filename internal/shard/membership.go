@@ -57,6 +57,9 @@ import (
 )
 
 const (
+	// LabelKey is the label the sample configuration and docs/sharding.md use to assign an ExternalAction to a
+	// shard (as Flux uses sharding.fluxcd.io/key); any label a --watch-label-selector selects will do.
+	LabelKey = "sharding.actionledger.dev/key"
 	// LabelMember marks the member Leases of the shards (value "true").
 	LabelMember = "actions.actionledger.dev/shard-member"
 	// AnnotationDestinations is a member Lease's list of the destinations its shard uses: comma-separated
@@ -206,6 +209,15 @@ func (m *Membership) Share(id string, now time.Time) (shares int, wait time.Dura
 	return shares, 0, true
 }
 
+// Recheck is how long an action waiting at a divided limit waits at most before it asks again, so that it
+// takes a larger share soon after another shard left: one LeaseDuration.
+func (m *Membership) Recheck() time.Duration {
+	if m == nil {
+		return time.Duration(1<<63 - 1)
+	}
+	return m.leaseDuration()
+}
+
 // poke asks the loop to renew now (m.mu held).
 func (m *Membership) poke() {
 	select {
@@ -313,11 +325,13 @@ func (m *Membership) list(ctx context.Context) error {
 	now := m.clock().Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	seen := map[string]bool{}
 	for i := range leases.Items {
 		l := &leases.Items[i]
 		if l.Name == m.Name {
 			continue
 		}
+		seen[l.Name] = true
 		o := m.others[l.Name]
 		if o != nil && o.resourceVersion == l.ResourceVersion {
 			continue
@@ -332,13 +346,15 @@ func (m *Membership) list(ctx context.Context) error {
 		}
 		m.others[l.Name] = o
 	}
-	// A Lease that disappeared counts until it would have expired: its shard may still be sending, and will
-	// create it again at its next renewal.
+	// An expired Lease is remembered while it exists, so that it does not count as new at the next list; one
+	// that disappeared counts until it would have expired: its shard may still be sending, and will create it
+	// again at its next renewal.
 	live := 1
 	for name, o := range m.others {
-		if now.Sub(o.changedAt) < m.leaseDuration() {
+		switch {
+		case now.Sub(o.changedAt) < m.leaseDuration():
 			live++
-		} else {
+		case !seen[name]:
 			delete(m.others, name)
 		}
 	}
