@@ -256,6 +256,7 @@ func (m *Membership) Start(ctx context.Context) error {
 func (m *Membership) renew(ctx context.Context) error {
 	start := m.clock().Now()
 	m.mu.Lock()
+	m.init()
 	var hashes []string
 	for h, at := range m.used {
 		if start.Sub(at) >= m.unannounceAfter() {
@@ -325,6 +326,7 @@ func (m *Membership) list(ctx context.Context) error {
 	now := m.clock().Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.init()
 	seen := map[string]bool{}
 	for i := range leases.Items {
 		l := &leases.Items[i]
