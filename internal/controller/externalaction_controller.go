@@ -278,10 +278,10 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 		}
 	}
 	if wait, ok := r.takeShare(dest, env.Now); !ok {
-		until := env.Now.Add(wait)
-		msg := fmt.Sprintf("waiting for destination %s (%s): this shard is joining the destination's shared limits "+
-			"until %s", dest.ID, actionsv1alpha1.ReasonRateLimited, until.UTC().Format(time.RFC3339Nano))
-		return r.apply(ctx, xa, ledger.Delayed(&xa.Status, actionsv1alpha1.ReasonRateLimited, msg, until, env), dest.ID)
+		// This shard is joining the destination's shared limits (a few seconds after a start, or its first use
+		// of the destination): a short internal wait, not worth a status write per action.
+		logger.V(1).Info("waiting for this shard's share of the destination's limits", "destination", dest.ID, "wait", wait)
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if r.Dispatcher != nil && !r.Dispatcher.HasRoom(dest.ID, xa.Namespace) {
 		return r.waitForRoom(ctx, xa, dest, env) // before Admit: no token is spent
