@@ -138,10 +138,14 @@ func (f *fleet) killLocked(p *proc) {
 
 // running returns the processes that watch every action, started and not killed. A process that exited by
 // itself is reported (it should not: only SIGKILL ends a manager here).
-func (f *fleet) running() []*proc { return f.runningWhere(func(p *proc) bool { return p.selector == "" }) }
+func (f *fleet) running() []*proc {
+	return f.runningWhere(func(p *proc) bool { return p.selector == "" })
+}
 
 // shards returns the shard processes started and not killed.
-func (f *fleet) shards() []*proc { return f.runningWhere(func(p *proc) bool { return p.selector != "" }) }
+func (f *fleet) shards() []*proc {
+	return f.runningWhere(func(p *proc) bool { return p.selector != "" })
+}
 
 func (f *fleet) runningWhere(keep func(*proc) bool) []*proc {
 	f.mu.Lock()
