@@ -170,7 +170,12 @@ func TestChaos(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	kills := fl.killCount()
-	t.Logf("chaos: %d SIGKILLs, %d SIGTERMs, %d relabels between shards", kills, fl.termCount(), relabels.Load())
+	shardChanges := fl.shardPhaseChanges()
+	t.Logf("chaos: %d SIGKILLs, %d SIGTERMs, %d relabels between shards, %d phase changes written by shards",
+		kills, fl.termCount(), relabels.Load(), shardChanges)
+	if relabels.Load() == 0 || shardChanges == 0 {
+		t.Errorf("relabels=%d, phase changes by shards=%d: the shards did not take part", relabels.Load(), shardChanges)
+	}
 	kills += fl.termCount()
 	for _, w := range worlds {
 		w.check(t, kills)

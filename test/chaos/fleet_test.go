@@ -178,6 +178,25 @@ func (f *fleet) termCount() int {
 	return f.terms
 }
 
+// shardPhaseChanges counts the "phase changed" log lines of every shard process so far: the phase changes that
+// shards, rather than the managers watching everything, wrote.
+func (f *fleet) shardPhaseChanges() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, p := range f.all {
+		if p.selector == "" {
+			continue
+		}
+		b, err := os.ReadFile(p.log)
+		if err != nil {
+			continue
+		}
+		n += bytes.Count(b, []byte(`"phase changed"`))
+	}
+	return n
+}
+
 // stopAll kills every process left and, when the test failed, prints the tail of the last logs. It is
 // idempotent.
 func (f *fleet) stopAll() {
