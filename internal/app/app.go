@@ -124,6 +124,48 @@ func NewHolder() string {
 	return host + "_" + hex.EncodeToString(b[:])
 }
 
+// shardOf parses o.WatchLabelSelector (nil: not sharded) and returns the leader-election ID to use.
+func shardOf(o Options) (labels.Selector, string, error) {
+	var sel labels.Selector
+	leID := o.LeaderElectionID
+	if o.WatchLabelSelector != "" {
+		var err error
+		if sel, err = labels.Parse(o.WatchLabelSelector); err != nil {
+			return nil, "", fmt.Errorf("parsing --watch-label-selector %q: %w", o.WatchLabelSelector, err)
+		}
+		if leID == "" {
+			leID = ShardLeaderElectionID(o.WatchLabelSelector)
+		}
+	}
+	if leID == "" {
+		leID = DefaultLeaderElectionID
+	}
+	return sel, leID, nil
+}
+
+// addMembership adds this shard's member Lease loop to mgr (package shard). With leader election the shard's
+// leader, whoever it is, renews one Lease named after leID; without it every process is its own member.
+func addMembership(mgr ctrl.Manager, o Options, leID, holder string, clk clock.PassiveClock) (*shard.Membership, error) {
+	memberID := holder
+	if o.LeaderElection {
+		memberID = leID
+	}
+	ns := o.ShardNamespace
+	if ns == "" {
+		ns = o.LeaderElectionNamespace
+	}
+	if ns == "" {
+		ns = o.ControllerNamespace
+	}
+	m := &shard.Membership{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: ns,
+		Name: shard.MemberName(memberID), Holder: holder, Interval: o.ShardInterval,
+		LeaseDuration: o.ShardLeaseDuration, Clock: clk}
+	if err := mgr.Add(m); err != nil {
+		return nil, fmt.Errorf("adding the shard membership: %w", err)
+	}
+	return m, nil
+}
+
 // New builds a manager with every actionledger controller registered.
 func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	metrics := metricsserver.Options{BindAddress: o.MetricsAddr}
@@ -142,20 +184,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		grace = dispatch.DefaultShutdownGrace
 	}
 	shutdownTimeout := grace + ShutdownRecordTime
-	var watchSelector labels.Selector
-	leID := o.LeaderElectionID
-	if o.WatchLabelSelector != "" {
-		sel, err := labels.Parse(o.WatchLabelSelector)
-		if err != nil {
-			return nil, fmt.Errorf("parsing --watch-label-selector %q: %w", o.WatchLabelSelector, err)
-		}
-		watchSelector = sel
-		if leID == "" {
-			leID = ShardLeaderElectionID(o.WatchLabelSelector)
-		}
-	}
-	if leID == "" {
-		leID = DefaultLeaderElectionID
+	watchSelector, leID, err := shardOf(o)
+	if err != nil {
+		return nil, err
 	}
 	// The tombstone index learns of every (re)list of the ExternalAction informer through its ListerWatcher.
 	// A shard does without it: its informer sees only its own shard's deletions, so it cannot prove that a key
@@ -231,22 +262,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	var shards *shard.Membership
 	if watchSelector != nil {
-		memberID := holder // without leader election every process is its own member
-		if o.LeaderElection {
-			memberID = leID // the shard's leader, whoever it is, renews one Lease
-		}
-		ns := o.ShardNamespace
-		if ns == "" {
-			ns = o.LeaderElectionNamespace
-		}
-		if ns == "" {
-			ns = o.ControllerNamespace
-		}
-		shards = &shard.Membership{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: ns,
-			Name: shard.MemberName(memberID), Holder: holder, Interval: o.ShardInterval,
-			LeaseDuration: o.ShardLeaseDuration, Clock: clk}
-		if err := mgr.Add(shards); err != nil {
-			return nil, fmt.Errorf("adding the shard membership: %w", err)
+		if shards, err = addMembership(mgr, o, leID, holder, clk); err != nil {
+			return nil, err
 		}
 	}
 	if err := (&controller.ExternalActionReconciler{

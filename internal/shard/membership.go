@@ -39,6 +39,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -49,7 +50,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -311,8 +311,8 @@ func (m *Membership) fill(lease *coordinationv1.Lease, value string, now time.Ti
 		lease.Annotations = map[string]string{}
 	}
 	lease.Annotations[AnnotationDestinations] = value
-	lease.Spec.HolderIdentity = ptr.To(m.Holder)
-	lease.Spec.LeaseDurationSeconds = ptr.To(int32((m.leaseDuration() + time.Second - 1) / time.Second))
+	lease.Spec.HolderIdentity = new(m.Holder)
+	lease.Spec.LeaseDurationSeconds = new(int32(min(math.Ceil(m.leaseDuration().Seconds()), math.MaxInt32)))
 	lease.Spec.RenewTime = &metav1.MicroTime{Time: now}
 }
 
@@ -339,7 +339,7 @@ func (m *Membership) list(ctx context.Context) error {
 			continue
 		}
 		o = &member{resourceVersion: l.ResourceVersion, changedAt: now, dests: map[string]bool{}}
-		for _, h := range strings.Split(l.Annotations[AnnotationDestinations], ",") {
+		for h := range strings.SplitSeq(l.Annotations[AnnotationDestinations], ",") {
 			if h == AllDestinations {
 				o.all = true
 			} else if h != "" {
