@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -126,5 +128,49 @@ func TestShardsShareMaxInFlight(t *testing.T) {
 	t.Logf("most requests in flight at once: %d (limit %d)", rec.maxInFlight(), limit)
 	if got := rec.maxInFlight(); got > limit {
 		t.Errorf("%d requests in flight at once, want <= maxInFlight = %d", got, limit)
+	}
+}
+
+// An action relabeled out of its shard while its attempt is in flight still gets its outcome recorded by the
+// shard that sent it (read live: it is no longer in that shard's cache), although no manager watches its new
+// shard: the claim is not left open for another shard to treat as uncertain.
+func TestOutcomeRecordedAfterMoveDuringSend(t *testing.T) {
+	ns, leases := env.Namespace(t), env.Namespace(t)
+	rec, url := newRecorder(t, time.Second)
+	env.CreateDestination(t, ns, "slow", url, nil)
+	env.StartManager(t, shardOptions("shard1", leases))
+	xa := envtestutil.Action(ns, "moving", "slow", "/orders", `{"n":1}`)
+	xa.Labels = map[string]string{shard.LabelKey: "shard1"}
+	env.Create(t, xa)
+	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("the request at the destination"), func() bool {
+		return rec.count() == 1
+	})
+	patch := []byte(`{"metadata":{"labels":{"` + shard.LabelKey + `":"shard2"}}}`)
+	if err := env.Client.Patch(context.Background(), xa, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatalf("relabeling: %v", err)
+	}
+	got := env.WaitPhase(t, ns, "moving", actionsv1alpha1.PhaseSucceeded, 20*time.Second)
+	if got.Labels[shard.LabelKey] != "shard2" || got.Status.Attempts != 1 || rec.count() != 1 {
+		t.Errorf("label %q, attempts %d, requests %d: want shard2, 1, 1", got.Labels[shard.LabelKey], got.Status.Attempts, rec.count())
+	}
+}
+
+// Without --watch-label-selector a manager is no shard member: it writes no member Lease.
+func TestUnshardedManagerWritesNoMemberLease(t *testing.T) {
+	ns := env.Namespace(t)
+	rec, url := newRecorder(t, 0)
+	env.CreateDestination(t, ns, "plain", url, nil)
+	env.StartManager(t, app.Options{ControllerNamespace: ns, ShardNamespace: ns, ShardInterval: interval})
+	env.Create(t, envtestutil.Action(ns, "plain", "plain", "/orders", `{"n":1}`))
+	env.WaitPhase(t, ns, "plain", actionsv1alpha1.PhaseSucceeded, 30*time.Second)
+	var leases coordinationv1.LeaseList
+	envtestutil.Consistently(t, 3*interval, envtestutil.Say("no member Lease"), func() bool {
+		if err := env.Client.List(context.Background(), &leases, client.InNamespace(ns), client.HasLabels{shard.LabelMember}); err != nil {
+			t.Fatal(err)
+		}
+		return len(leases.Items) == 0
+	})
+	if rec.count() != 1 {
+		t.Errorf("requests %d, want 1", rec.count())
 	}
 }
