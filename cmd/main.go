@@ -62,6 +62,7 @@ func run() int {
 		maxInFlight                                       int
 		shutdownGrace                                     time.Duration
 		tombstoneStore, tombstoneDSNFile                  string
+		watchSelector, leaderElectionID                   string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to, "+
 		"e.g. :8443 (HTTPS) or :8080 (HTTP with --metrics-secure=false). 0 disables it.")
@@ -87,6 +88,12 @@ func run() int {
 		"On SIGTERM or loss of leadership: how long requests in flight are awaited and their outcomes recorded; "+
 			"what is still open then is left claimed (DESIGN rule 3 after a restart). Keep it below the pod's "+
 			"terminationGracePeriodSeconds minus 10s.")
+	flag.StringVar(&watchSelector, "watch-label-selector", "", "Run as one shard: watch and send only the "+
+		"ExternalActions matching this label selector, e.g. 'sharding.actionledger.dev/key in (shard1)' (the "+
+		"default shard: '!sharding.actionledger.dev/key'). Each shard elects its own leader and shares every "+
+		"destination's limits with the other shards (docs/sharding.md). Empty: one manager for everything.")
+	flag.StringVar(&leaderElectionID, "leader-election-id", "", "Name of the leader election Lease (default "+
+		app.DefaultLeaderElectionID+", plus a hash of --watch-label-selector when set).")
 	var egressCfg egress.Config
 	cidrsFlag(&egressCfg.Allow, strings.TrimPrefix(egress.FlagAllow, "--"), "Comma-separated CIDRs that destinations "+
 		"may reach although the default egress deny set (loopback, link-local/cloud metadata, unspecified, multicast, "+
@@ -144,6 +151,8 @@ func run() int {
 		AllEvents:                 events == "all",
 		TombstoneStore:            tombstoneStore,
 		TombstoneStoreDSNFile:     tombstoneDSNFile,
+		WatchLabelSelector:        watchSelector,
+		LeaderElectionID:          leaderElectionID,
 	})
 	if err != nil {
 		setupLog.Error(err, "Failed to set up the manager")
@@ -151,7 +160,7 @@ func run() int {
 	}
 	setupLog.Info("Starting manager",
 		"leaderElection", leaderElect, "qps", qps, "burst", burst, "concurrency", concurrency,
-		"maxInFlight", maxInFlight, "shutdownGrace", shutdownGrace,
+		"maxInFlight", maxInFlight, "shutdownGrace", shutdownGrace, "watchLabelSelector", watchSelector,
 		"egressAllow", egressCfg.Allow, "egressDeny", egressCfg.Deny, "tombstoneStore", tombstoneStore)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Failed to run manager")

@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -31,6 +33,7 @@ import (
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
+	"github.com/actionledger/actionledger/internal/shard"
 	"github.com/actionledger/actionledger/internal/tombstone/postgres"
 )
 
@@ -92,6 +95,28 @@ type Options struct {
 	TombstoneStoreDSN     string
 	// Postgres tunes the PostgreSQL store (tests: expiry interval).
 	Postgres postgres.Options
+	// WatchLabelSelector (--watch-label-selector, a label selector as kubectl -l takes it) makes this manager one
+	// shard: it watches and sends only the ExternalActions it matches, takes the leader-election ID
+	// ShardLeaderElectionID unless LeaderElectionID is set, and shares every destination's limits with the
+	// other shards (package shard, docs/sharding.md). Empty: one manager for everything, nothing shared.
+	WatchLabelSelector string
+	// LeaderElectionID overrides the leader-election Lease name (--leader-election-id).
+	LeaderElectionID string
+	// ShardNamespace holds the shard member Leases; empty uses LeaderElectionNamespace, then ControllerNamespace.
+	ShardNamespace string
+	// ShardInterval and ShardLeaseDuration override shard.DefaultInterval and shard.DefaultLeaseDuration (tests).
+	ShardInterval, ShardLeaseDuration time.Duration
+}
+
+// DefaultLeaderElectionID is the leader-election Lease name of a manager without --watch-label-selector.
+const DefaultLeaderElectionID = "actionledger.actions.actionledger.dev"
+
+// ShardLeaderElectionID returns the leader-election ID of the shard watching selector: DefaultLeaderElectionID
+// and the first 8 hex digits of the selector's SHA-256 (as Flux derives one per shard), so that each shard
+// elects its own leader. The selector is hashed as given: two spellings of one selector are two shards.
+func ShardLeaderElectionID(selector string) string {
+	sum := sha256.Sum256([]byte(selector))
+	return DefaultLeaderElectionID + "-" + hex.EncodeToString(sum[:4])
 }
 
 // ShutdownRecordTime is what the manager's graceful shutdown allows beyond ShutdownGrace to record the
@@ -108,6 +133,48 @@ func NewHolder() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return host + "_" + hex.EncodeToString(b[:])
+}
+
+// shardOf parses o.WatchLabelSelector (nil: not sharded) and returns the leader-election ID to use.
+func shardOf(o Options) (labels.Selector, string, error) {
+	var sel labels.Selector
+	leID := o.LeaderElectionID
+	if o.WatchLabelSelector != "" {
+		var err error
+		if sel, err = labels.Parse(o.WatchLabelSelector); err != nil {
+			return nil, "", fmt.Errorf("parsing --watch-label-selector %q: %w", o.WatchLabelSelector, err)
+		}
+		if leID == "" {
+			leID = ShardLeaderElectionID(o.WatchLabelSelector)
+		}
+	}
+	if leID == "" {
+		leID = DefaultLeaderElectionID
+	}
+	return sel, leID, nil
+}
+
+// addMembership adds this shard's member Lease loop to mgr (package shard). With leader election the shard's
+// leader, whoever it is, renews one Lease named after leID; without it every process is its own member.
+func addMembership(mgr ctrl.Manager, o Options, leID, holder string, clk clock.PassiveClock) (*shard.Membership, error) {
+	memberID := holder
+	if o.LeaderElection {
+		memberID = leID
+	}
+	ns := o.ShardNamespace
+	if ns == "" {
+		ns = o.LeaderElectionNamespace
+	}
+	if ns == "" {
+		ns = o.ControllerNamespace
+	}
+	m := &shard.Membership{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Namespace: ns,
+		Name: shard.MemberName(memberID), Holder: holder, Interval: o.ShardInterval,
+		LeaseDuration: o.ShardLeaseDuration, Clock: clk}
+	if err := mgr.Add(m); err != nil {
+		return nil, fmt.Errorf("adding the shard membership: %w", err)
+	}
+	return m, nil
 }
 
 // New builds a manager with every actionledger controller registered.
@@ -128,24 +195,33 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		grace = dispatch.DefaultShutdownGrace
 	}
 	shutdownTimeout := grace + ShutdownRecordTime
+	watchSelector, leID, err := shardOf(o)
+	if err != nil {
+		return nil, err
+	}
 	// The tombstone index learns of every (re)list of the ExternalAction informer through its ListerWatcher.
-	tombstones := controller.NewTombstoneIndex(nil)
+	// A shard does without it: its informer sees only its own shard's deletions, so it cannot prove that a key
+	// deleted in another shard left no tombstone; tombstones are global and every first send reads one live.
+	var tombstones *controller.TombstoneIndex
+	if watchSelector == nil {
+		tombstones = controller.NewTombstoneIndex(nil)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme,
 		GracefulShutdownTimeout:       &shutdownTimeout,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        probe,
 		LeaderElection:                o.LeaderElection,
-		LeaderElectionID:              "actionledger.actions.actionledger.dev",
+		LeaderElectionID:              leID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		Cache: cache.Options{
 			// Keep managedFields out of the cache: they are most of an object's size and never read.
 			DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject:         cacheByObject(),
+			ByObject:         cacheByObject(watchSelector),
 			NewInformer: func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration,
 				idx toolscache.Indexers) toolscache.SharedIndexInformer {
-				if _, ok := obj.(*actionsv1alpha1.ExternalAction); ok {
+				if _, ok := obj.(*actionsv1alpha1.ExternalAction); ok && tombstones != nil {
 					lw = tombstones.RelistHook(lw)
 				}
 				return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)
@@ -184,13 +260,21 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if holder == "" {
 		holder = NewHolder()
 	}
-	tombstones.Reader = mgr.GetAPIReader()
-	xaInformer, err := mgr.GetCache().GetInformer(context.Background(), &actionsv1alpha1.ExternalAction{})
-	if err != nil {
-		return nil, fmt.Errorf("getting the ExternalAction informer: %w", err)
+	if tombstones != nil {
+		tombstones.Reader = mgr.GetAPIReader()
+		xaInformer, err := mgr.GetCache().GetInformer(context.Background(), &actionsv1alpha1.ExternalAction{})
+		if err != nil {
+			return nil, fmt.Errorf("getting the ExternalAction informer: %w", err)
+		}
+		if _, err := xaInformer.AddEventHandler(tombstones.Handler()); err != nil {
+			return nil, fmt.Errorf("adding the tombstone index's event handler: %w", err)
+		}
 	}
-	if _, err := xaInformer.AddEventHandler(tombstones.Handler()); err != nil {
-		return nil, fmt.Errorf("adding the tombstone index's event handler: %w", err)
+	var shards *shard.Membership
+	if watchSelector != nil {
+		if shards, err = addMembership(mgr, o, leID, holder, clk); err != nil {
+			return nil, err
+		}
 	}
 	store, err := newTombstoneStore(mgr, o, tombstones, clk)
 	if err != nil {
@@ -217,6 +301,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		SkipNameValidation:        o.SkipNameValidation,
 		Tombstones:                tombstones,
 		TombstoneStore:            store,
+		Shards:                    shards,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the ExternalAction controller: %w", err)
 	}
@@ -248,11 +333,13 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 }
 
 // cacheByObject is the manager's per-kind cache configuration.
-func cacheByObject() map[client.Object]cache.ByObject {
+func cacheByObject(watchSelector labels.Selector) map[client.Object]cache.ByObject {
 	by := map[client.Object]cache.ByObject{
 		// Finished actions are cached without their history and response body (they are most of the
-		// cache at scale); the reconciler's client refuses to write from such a copy (GuardTrimmed).
-		&actionsv1alpha1.ExternalAction{}: {Transform: controller.TrimFinished},
+		// cache at scale); the reconciler's client refuses to write from such a copy (GuardTrimmed). A
+		// shard sees only the actions its selector matches (nil: all); Destinations, ClusterDestinations
+		// and tombstones are not sharded.
+		&actionsv1alpha1.ExternalAction{}: {Transform: controller.TrimFinished, Label: watchSelector},
 	}
 	// Secrets and ConfigMaps: only the metadata of the objects written for spec.outputs.
 	maps.Copy(by, controller.OutputCacheOptions())

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
@@ -408,6 +409,35 @@ func limitsFor(spec *actionsv1alpha1.DestinationSpec) limiter.Limits {
 		}
 	}
 	return l
+}
+
+// takeShare divides dest's limits (rate, burst, retry-budget floor, maxInFlight) by the number of shards using
+// it (r.Shards; docs/sharding.md), or returns how long to wait while this shard is not yet allowed a share.
+// maxInFlight keeps a floor of 1 per shard.
+func (r *ExternalActionReconciler) takeShare(dest *resolvedDestination, now time.Time) (time.Duration, bool) {
+	shares, wait, ok := r.Shards.Share(dest.ID, now)
+	if !ok {
+		return wait, false
+	}
+	if shares > 1 {
+		dest.Limits.Shares = shares
+		m := dest.MaxInFlight
+		if m <= 0 {
+			m = dispatch.DefaultMaxInFlight
+		}
+		dest.MaxInFlight = max(1, m/shares)
+	}
+	return 0, true
+}
+
+// shareRecheck caps the limiter's wait at the shard Lease duration while dest's limits are divided: the wait
+// was computed at this shard's share, and when a shard leaves, the larger share is taken at the next ask
+// instead of after the whole backlog was served at the smaller one.
+func (r *ExternalActionReconciler) shareRecheck(dest *resolvedDestination, wait time.Duration) time.Duration {
+	if dest.Limits.Shares > 1 {
+		return min(wait, r.Shards.Recheck())
+	}
+	return wait
 }
 
 // secretReader reads Secret keys for one destination, refusing any namespace but the allowed one.

@@ -56,6 +56,7 @@ import (
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/retry"
+	"github.com/actionledger/actionledger/internal/shard"
 	"github.com/actionledger/actionledger/internal/tombstone"
 )
 
@@ -108,6 +109,9 @@ type ExternalActionReconciler struct {
 	// TombstoneStore keeps tombstones (DESIGN rules 6-8); nil means ActionTombstone objects (ObjectStore over
 	// Client, APIReader and Tombstones).
 	TombstoneStore tombstone.Store
+	// Shards divides each destination's limits among the shards that use it (--watch-label-selector); nil
+	// without sharding: every limit is this manager's alone.
+	Shards *shard.Membership
 
 	// pending holds outcomes not yet written (DESIGN rule 2): handed back by the dispatcher, or kept after a
 	// failed write. Recorded before anything else is decided, never re-sent.
@@ -142,12 +146,17 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 
 	xa := &actionsv1alpha1.ExternalAction{}
 	if err := r.Get(ctx, req.NamespacedName, xa); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.pending.Delete(req.NamespacedName) // the object is gone: there is nothing left to record on
-			r.outputs.Delete(req.NamespacedName)
-			r.subjectWaits.Delete(req.NamespacedName)
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if moved, err := r.movedAway(ctx, req.NamespacedName, xa); err != nil || !moved {
+			if err == nil {
+				r.pending.Delete(req.NamespacedName) // the object is gone: there is nothing left to record on
+				r.outputs.Delete(req.NamespacedName)
+				r.subjectWaits.Delete(req.NamespacedName)
+			}
+			return ctrl.Result{}, err
+		}
 	}
 	logger := log.FromContext(ctx).WithValues("externalaction", klog.KObj(xa))
 	ctx = log.IntoContext(ctx, logger)
@@ -255,6 +264,23 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 	}
 }
 
+// movedAway reports whether an object that the cache does not hold, but whose outcome this manager holds
+// (r.pending), still exists: it was relabeled out of this shard's --watch-label-selector while its attempt was
+// in flight. Then xa is its live copy and the outcome is recorded on it all the same (DESIGN rule 2); the shard
+// that now owns it takes over from there.
+func (r *ExternalActionReconciler) movedAway(ctx context.Context, nn types.NamespacedName, xa *actionsv1alpha1.ExternalAction) (bool, error) {
+	if _, ok := r.pending.Load(nn); !ok || r.APIReader == nil {
+		return false, nil
+	}
+	if err := r.APIReader.Get(ctx, nn, xa); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading %s, whose outcome is pending, from the API server: %w", nn, err)
+	}
+	return true, nil
+}
+
 // claimAndSend waits for room at the destination, reads its credentials, takes a token from its limits,
 // writes the claim (DESIGN rule 1) and only then hands the send to the dispatcher (DESIGN rule 10).
 func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actionsv1alpha1.ExternalAction, dest *resolvedDestination,
@@ -266,6 +292,12 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 		if held, res, err := r.holdSubject(ctx, xa, env); !held {
 			return res, err
 		}
+	}
+	if wait, ok := r.takeShare(dest, env.Now); !ok {
+		// This shard is joining the destination's shared limits (a few seconds after a start, or its first use
+		// of the destination): a short internal wait, not worth a status write per action.
+		logger.V(1).Info("waiting for this shard's share of the destination's limits", "destination", dest.ID, "wait", wait)
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if r.Dispatcher != nil && !r.Dispatcher.HasRoom(dest.ID, xa.Namespace) {
 		return r.waitForRoom(ctx, xa, dest, env) // before Admit: no token is spent
@@ -281,6 +313,7 @@ func (r *ExternalActionReconciler) claimAndSend(ctx context.Context, xa *actions
 	key := xa.Namespace + "/" + xa.Name
 	ok, wait, reason := r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, key, attempt == 1, env.Now)
 	if !ok {
+		wait = r.shareRecheck(dest, wait)
 		apiReason := limiterReason(reason)
 		metrics.Delayed.WithLabelValues(dest.ID, apiReason).Inc()
 		until := env.Now.Add(wait)

@@ -56,6 +56,9 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 		env.Now = r.Clock.Now()
 		return r.recordCheck(ctx, xa, &pendingOutcome{attempt: attempt, env: env, check: &checkResult{verdict: ledger.VerdictInconclusive}})
 	}
+	if wait, ok := r.takeShare(dest, env.Now); !ok {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	if r.Dispatcher != nil && !r.Dispatcher.HasRoom(dest.ID, xa.Namespace) {
 		return ctrl.Result{RequeueAfter: roomRecheck}, nil
 	}
@@ -64,7 +67,7 @@ func (r *ExternalActionReconciler) postCheck(ctx context.Context, xa *actionsv1a
 	}
 	if ok, wait, reason := r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, xa.Namespace+"/"+xa.Name, true, env.Now); !ok {
 		metrics.Delayed.WithLabelValues(dest.ID, limiterReason(reason)).Inc()
-		return ctrl.Result{RequeueAfter: wait}, nil
+		return ctrl.Result{RequeueAfter: r.shareRecheck(dest, wait)}, nil
 	}
 	return r.dispatchCheck(ctx, xa, r.checkJob(xa, dest, target, env))
 }

@@ -79,10 +79,11 @@ func (b *retryBudget) prune(now time.Time, win time.Duration) {
 // empty reports whether no admission is in the window (after prune).
 func (b *retryBudget) empty() bool { return b.firsts.total == 0 && b.retries.total == 0 }
 
-// allowance returns how many retries l allows with firsts first attempts in the
-// window.
+// allowance returns how many retries l (normalized) allows with firsts first
+// attempts in the window: the floor is this manager's share of it.
 func allowance(l Limits, firsts int) float64 {
-	return float64(l.RetryPercent)*float64(firsts)/100 + float64(l.MinRetriesPerSecond)*l.Window.Seconds()
+	return float64(l.RetryPercent)*float64(firsts)/100 +
+		float64(l.MinRetriesPerSecond)*l.Window.Seconds()/float64(l.Shares)
 }
 
 // budgetEpsilon absorbs floating-point error in allowance comparisons.

@@ -57,6 +57,15 @@ type Limits struct {
 	// Window is the length of the retry-budget sliding window. Non-positive
 	// means DefaultWindow.
 	Window time.Duration
+	// Shares is the number of managers (shards) the destination's limits are
+	// divided among, this one included; not positive means 1 (one manager:
+	// nothing is divided). With n shares the token bucket runs at
+	// RequestsPerSecond/n with a burst of max(1, Burst/n) (integer division),
+	// the retry-budget floor is MinRetriesPerSecond/n (RetryPercent is already
+	// a share of this manager's own first attempts), and a bucket created with
+	// n > 1 starts empty, so that a shard that joins does not add a burst to the
+	// one the others may have just spent. See docs/sharding.md.
+	Shares int
 }
 
 // WithRetryBudget returns l with the retry budget configured from the optional
@@ -95,7 +104,20 @@ func (l Limits) normalized() Limits {
 	if l.Window <= 0 {
 		l.Window = DefaultWindow
 	}
+	l.Shares = max(l.Shares, 1)
 	return l
+}
+
+// rate returns the sustained rate of this manager's share, in requests per
+// second (l normalized).
+func (l Limits) rate() float64 {
+	return float64(l.RequestsPerSecond) / float64(l.Shares)
+}
+
+// burst returns the bucket size of this manager's share, in requests: at least
+// 1 so that a share can admit anything (l normalized, with a rate limit).
+func (l Limits) burst() int {
+	return max(1, int(l.Burst)/l.Shares)
 }
 
 // Reason says why Admit did not admit a request now.
@@ -384,14 +406,19 @@ func (d *destination) setLimits(l Limits, now time.Time) {
 	case l.RequestsPerSecond == 0:
 		d.lim = nil
 	case d.lim == nil:
-		// New, or the rate limit was just added: a full bucket.
-		d.lim = rate.NewLimiter(rate.Limit(l.RequestsPerSecond), int(l.Burst))
-	default:
-		if l.RequestsPerSecond != old.RequestsPerSecond {
-			d.lim.SetLimitAt(now, rate.Limit(l.RequestsPerSecond))
+		// New, or the rate limit was just added: a full bucket, or an empty one for a share of a limit
+		// divided among shards (see Limits.Shares).
+		d.lim = rate.NewLimiter(rate.Limit(l.rate()), l.burst())
+		if l.Shares > 1 {
+			d.lim.AllowN(now, l.burst())
 		}
-		if l.Burst != old.Burst {
-			d.lim.SetBurstAt(now, int(l.Burst))
+	default:
+		// Changing the rate or the burst keeps the tokens in the bucket (capped to a smaller burst).
+		if l.rate() != old.rate() {
+			d.lim.SetLimitAt(now, rate.Limit(l.rate()))
+		}
+		if l.burst() != old.burst() {
+			d.lim.SetBurstAt(now, l.burst())
 		}
 	}
 }
@@ -464,7 +491,7 @@ func (d *destination) slotWait(p int, tokens float64) time.Duration {
 	if need <= 0 {
 		return MinWait
 	}
-	nanos := need / float64(d.limits.RequestsPerSecond) * float64(time.Second)
+	nanos := need / d.limits.rate() * float64(time.Second)
 	us := math.Ceil(nanos/float64(time.Microsecond)) + 1
 	if us >= float64(math.MaxInt64/int64(time.Microsecond)) {
 		return time.Duration(math.MaxInt64)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,9 +18,11 @@ import (
 	"github.com/rs/zerolog"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/shard"
 	"github.com/actionledger/actionledger/test/destination"
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
@@ -72,6 +75,11 @@ func TestChaos(t *testing.T) {
 	t.Cleanup(fl.stopAll) // registered last: runs first, no manager process outlives the test
 
 	fl.start()
+	// Two shards beside the managers that watch everything: each action is labeled for one of them and relabeled
+	// to the other during the run, so up to three managers with overlapping and moving views act on it.
+	for _, s := range chaosShards {
+		fl.startShard(shardSelector(s))
+	}
 	start := time.Now()
 
 	// Create the actions of both modes, interleaved, spread over the first 60% of the chaos period.
@@ -99,9 +107,33 @@ func TestChaos(t *testing.T) {
 		}
 	})
 
-	// Chaos: SIGKILL or SIGTERM a manager at a random moment and restart it; sometimes run a second one beside it.
+	// Relabel: every 100-300 ms one created action moves to the other shard, during the whole chaos period.
+	var relabels atomic.Int64
+	relabelRng := rand.New(rand.NewPCG(seed^0x5bd1e995, seed))
+	wg.Go(func() {
+		for time.Since(start) < p.chaosFor {
+			select {
+			case <-stopCreating:
+				return
+			case <-time.After(100*time.Millisecond + time.Duration(relabelRng.Int64N(int64(200*time.Millisecond)))):
+			}
+			w := worlds[relabelRng.IntN(len(worlds))]
+			if w.relabel(t, relabelRng) {
+				relabels.Add(1)
+			}
+		}
+	})
+
+	// Chaos: SIGKILL or SIGTERM a manager at a random moment and restart it; sometimes run a second one beside it,
+	// sometimes SIGKILL a shard and restart it.
 	for events := 0; events < p.maxEvents && time.Since(start) < p.chaosFor; events++ {
 		time.Sleep(p.killEveryMin + time.Duration(rng.Int64N(int64(p.killEveryMax-p.killEveryMin))))
+		if shards := fl.shards(); len(shards) > 0 && rng.Float64() < 0.15 {
+			s := shards[rng.IntN(len(shards))]
+			fl.kill(s)
+			fl.startShard(s.selector)
+			continue
+		}
 		switch running := fl.running(); {
 		case len(running) == 0:
 			fl.start()
@@ -138,7 +170,12 @@ func TestChaos(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	kills := fl.killCount()
-	t.Logf("chaos: %d SIGKILLs, %d SIGTERMs", kills, fl.termCount())
+	shardChanges := fl.shardPhaseChanges()
+	t.Logf("chaos: %d SIGKILLs, %d SIGTERMs, %d relabels between shards, %d phase changes written by shards",
+		kills, fl.termCount(), relabels.Load(), shardChanges)
+	if relabels.Load() == 0 || shardChanges == 0 {
+		t.Errorf("relabels=%d, phase changes by shards=%d: the shards did not take part", relabels.Load(), shardChanges)
+	}
 	kills += fl.termCount()
 	for _, w := range worlds {
 		w.check(t, kills)
@@ -243,6 +280,7 @@ func (w *world) create(t *testing.T, i int) {
 		}
 	}
 	xa := envtestutil.Action(w.ns, name, dest, "/charges", fmt.Sprintf(`{"amount":%d,"currency":"EUR"}`, 100+i))
+	xa.Labels = map[string]string{shard.LabelKey: chaosShards[i%len(chaosShards)]}
 	var err error
 	for range 5 {
 		if err = env.Client.Create(context.Background(), xa.DeepCopy()); err == nil {
@@ -257,6 +295,38 @@ func (w *world) create(t *testing.T, i int) {
 	w.mu.Lock()
 	w.names = append(w.names, name)
 	w.mu.Unlock()
+}
+
+// chaosShards are the shard label values; shard s runs with --watch-label-selector=shardSelector(s).
+var chaosShards = []string{"shard1", "shard2"}
+
+func shardSelector(s string) string { return shard.LabelKey + " in (" + s + ")" }
+
+// relabel moves one created action to the other shard (a merge patch of its label: no resourceVersion, so it
+// lands between the managers' writes and makes their next claim on the older copy conflict).
+func (w *world) relabel(t *testing.T, rng *rand.Rand) bool {
+	w.mu.Lock()
+	if len(w.names) == 0 {
+		w.mu.Unlock()
+		return false
+	}
+	name := w.names[rng.IntN(len(w.names))]
+	w.mu.Unlock()
+	xa := &actionsv1alpha1.ExternalAction{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: w.ns, Name: name}, xa); err != nil {
+		t.Logf("relabel: reading %s/%s: %v", w.ns, name, err)
+		return false
+	}
+	to := chaosShards[0]
+	if xa.Labels[shard.LabelKey] == to {
+		to = chaosShards[1]
+	}
+	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, shard.LabelKey, to))
+	if err := env.Client.Patch(context.Background(), xa, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Logf("relabel: patching %s/%s: %v", w.ns, name, err)
+		return false
+	}
+	return true
 }
 
 func (w *world) list(t *testing.T) []actionsv1alpha1.ExternalAction {

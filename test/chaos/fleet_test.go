@@ -36,6 +36,8 @@ type proc struct {
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
+	// selector is the shard's --watch-label-selector; empty for a manager that watches everything.
+	selector string
 }
 
 // newFleet builds the manager once and writes a kubeconfig for the control plane. The caller registers
@@ -51,11 +53,14 @@ func newFleet(t *testing.T) *fleet {
 	return f
 }
 
-// start starts one more manager process.
-func (f *fleet) start() {
+// start starts one more manager process that watches every action.
+func (f *fleet) start() { f.startShard("") }
+
+// startShard starts one more manager process; a non-empty selector makes it a shard (--watch-label-selector).
+func (f *fleet) startShard(selector string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := &proc{id: len(f.all) + 1, done: make(chan struct{})}
+	p := &proc{id: len(f.all) + 1, done: make(chan struct{}), selector: selector}
 	p.log = filepath.Join(f.dir, fmt.Sprintf("manager-%03d.log", p.id))
 	out, err := os.Create(p.log)
 	if err != nil {
@@ -65,6 +70,9 @@ func (f *fleet) start() {
 		"--kubeconfig=" + f.kubeconfig, "--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--claim-margin=1s", "--max-concurrent-reconciles=8", "--shutdown-grace=" + shutdownGrace.String(),
 		"--destination-allow-cidrs=127.0.0.1/32", // the destination listens on loopback, denied by default
+	}
+	if selector != "" {
+		args = append(args, "--watch-label-selector="+selector)
 	}
 	if os.Getenv("CHAOS_VERBOSE") != "" {
 		args = append(args, "--zap-log-level=debug")
@@ -128,22 +136,34 @@ func (f *fleet) killLocked(p *proc) {
 	}
 }
 
-// running returns the processes started and not killed. A process that exited by itself is reported (it
-// should not: only SIGKILL ends a manager here).
+// running returns the processes that watch every action, started and not killed. A process that exited by
+// itself is reported (it should not: only SIGKILL ends a manager here).
 func (f *fleet) running() []*proc {
+	return f.runningWhere(func(p *proc) bool { return p.selector == "" })
+}
+
+// shards returns the shard processes started and not killed.
+func (f *fleet) shards() []*proc {
+	return f.runningWhere(func(p *proc) bool { return p.selector != "" })
+}
+
+func (f *fleet) runningWhere(keep func(*proc) bool) []*proc {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []*proc
+	var live, out []*proc
 	for _, p := range f.live {
 		select {
 		case <-p.done:
 			f.t.Errorf("manager %d exited by itself (%v); log tail:\n%s", p.id, p.cmd.ProcessState, tail(p.log, 30))
 		default:
-			out = append(out, p)
+			live = append(live, p)
+			if keep(p) {
+				out = append(out, p)
+			}
 		}
 	}
-	f.live = out
-	return append([]*proc(nil), out...)
+	f.live = live
+	return out
 }
 
 func (f *fleet) killCount() int {
@@ -156,6 +176,25 @@ func (f *fleet) termCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.terms
+}
+
+// shardPhaseChanges counts the "phase changed" log lines of every shard process so far: the phase changes that
+// shards, rather than the managers watching everything, wrote.
+func (f *fleet) shardPhaseChanges() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, p := range f.all {
+		if p.selector == "" {
+			continue
+		}
+		b, err := os.ReadFile(p.log)
+		if err != nil {
+			continue
+		}
+		n += bytes.Count(b, []byte(`"phase changed"`))
+	}
+	return n
 }
 
 // stopAll kills every process left and, when the test failed, prints the tail of the last logs. It is

@@ -1,0 +1,176 @@
+package shard
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/internal/shard"
+	"github.com/actionledger/actionledger/test/envtestutil"
+)
+
+const (
+	interval      = 200 * time.Millisecond
+	leaseDuration = 1500 * time.Millisecond
+)
+
+// shardOptions are the options of the manager of shard name, with member Leases in leases and short timings.
+func shardOptions(name, leases string) app.Options {
+	return app.Options{
+		WatchLabelSelector: shard.LabelKey + " in (" + name + ")",
+		ShardNamespace:     leases, ShardInterval: interval, ShardLeaseDuration: leaseDuration,
+	}
+}
+
+// createShard creates n actions named <shardName>-<i> on dest, labeled for shardName, in parallel with others.
+func createShard(t *testing.T, wg *sync.WaitGroup, ns, dest, shardName string, n int) {
+	wg.Go(func() {
+		for i := range n {
+			xa := envtestutil.Action(ns, fmt.Sprintf("%s-%03d", shardName, i), dest, "/orders", fmt.Sprintf(`{"n":%d}`, i))
+			xa.Labels = map[string]string{shard.LabelKey: shardName}
+			if err := env.Client.Create(context.Background(), xa); err != nil {
+				t.Errorf("creating %s: %v", xa.Name, err)
+			}
+		}
+	})
+}
+
+// succeeded counts the Succeeded actions of shardName in ns.
+func succeeded(t *testing.T, ns, shardName string) int {
+	var list actionsv1alpha1.ExternalActionList
+	if err := env.Client.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{shard.LabelKey: shardName}); err != nil {
+		t.Fatalf("listing: %v", err)
+	}
+	n := 0
+	for _, xa := range list.Items {
+		if xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
+			n++
+		}
+	}
+	return n
+}
+
+// Two shards send to one Destination with rateLimit 10/s, burst 2: in any second the destination sees at most
+// burst + rate requests (each shard alone would allow that much, so two unshared shards send twice as many).
+// When one shard stops, the other takes the whole rate once the stopped shard's member Lease has expired.
+func TestShardsShareOneRateLimit(t *testing.T) {
+	const (
+		rate, burst = 10, 2
+		n1, n2      = 80, 30
+	)
+	ns, leases := env.Namespace(t), env.Namespace(t)
+	rec, url := newRecorder(t, 0)
+	env.CreateDestination(t, ns, "limited", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.RateLimit = &actionsv1alpha1.RateLimit{RequestsPerSecond: rate, Burst: new(int32(burst))}
+	})
+	env.StartManager(t, shardOptions("shard1", leases))
+	stop2 := env.StartManager(t, shardOptions("shard2", leases))
+	var wg sync.WaitGroup
+	createShard(t, &wg, ns, "limited", "shard1", n1)
+	createShard(t, &wg, ns, "limited", "shard2", n2)
+	wg.Wait()
+
+	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("30 requests at the destination"), func() bool {
+		return rec.count() >= 30
+	})
+	if got := succeeded(t, ns, "shard2"); got < 5 {
+		t.Fatalf("shard2 succeeded %d actions while both ran, want >= 5: the load is not on both shards", got)
+	}
+	stopped := time.Now()
+	stop2()
+	for i := range n1 {
+		env.WaitPhase(t, ns, fmt.Sprintf("shard1-%03d", i), actionsv1alpha1.PhaseSucceeded, 60*time.Second)
+	}
+
+	at := rec.arrivals()
+	worst, start := busiest(at, time.Second)
+	t.Logf("%d requests over %v; busiest second %d from %s (bound %d)", len(at), at[len(at)-1].Sub(at[0]), worst,
+		start.Format(time.RFC3339Nano), burst+rate)
+	if worst > burst+rate {
+		t.Errorf("%d requests in the second from %s, want <= burst+rate = %d", worst, start.Format(time.RFC3339Nano), burst+rate)
+	}
+	// shard2's Lease expires leaseDuration after its last renewal; shard1 lists every interval.
+	full := stopped.Add(leaseDuration + 3*interval)
+	if got, bound := between(at, full, full.Add(2*time.Second)), 15; got < bound {
+		t.Errorf("%d requests in the 2s from %s (after shard2's Lease expired), want >= %d: shard1 did not take the whole rate "+
+			"(half of it allows at most 11)", got, full.Format(time.RFC3339Nano), bound)
+	}
+}
+
+// Two shards send to one Destination with concurrency.maxInFlight 4 and slow answers: the destination never has
+// more than 4 requests open at once (unshared, each shard would open 4).
+func TestShardsShareMaxInFlight(t *testing.T) {
+	const limit, n = 4, 16
+	ns, leases := env.Namespace(t), env.Namespace(t)
+	rec, url := newRecorder(t, 300*time.Millisecond)
+	env.CreateDestination(t, ns, "narrow", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.Concurrency = &actionsv1alpha1.Concurrency{MaxInFlight: new(int32(limit))}
+	})
+	env.StartManager(t, shardOptions("shard1", leases))
+	env.StartManager(t, shardOptions("shard2", leases))
+	var wg sync.WaitGroup
+	createShard(t, &wg, ns, "narrow", "shard1", n)
+	createShard(t, &wg, ns, "narrow", "shard2", n)
+	wg.Wait()
+	for _, s := range []string{"shard1", "shard2"} {
+		for i := range n {
+			env.WaitPhase(t, ns, fmt.Sprintf("%s-%03d", s, i), actionsv1alpha1.PhaseSucceeded, 60*time.Second)
+		}
+	}
+	t.Logf("most requests in flight at once: %d (limit %d)", rec.maxInFlight(), limit)
+	if got := rec.maxInFlight(); got > limit {
+		t.Errorf("%d requests in flight at once, want <= maxInFlight = %d", got, limit)
+	}
+}
+
+// An action relabeled out of its shard while its attempt is in flight still gets its outcome recorded by the
+// shard that sent it (read live: it is no longer in that shard's cache), although no manager watches its new
+// shard: the claim is not left open for another shard to treat as uncertain.
+func TestOutcomeRecordedAfterMoveDuringSend(t *testing.T) {
+	ns, leases := env.Namespace(t), env.Namespace(t)
+	rec, url := newRecorder(t, time.Second)
+	env.CreateDestination(t, ns, "slow", url, nil)
+	env.StartManager(t, shardOptions("shard1", leases))
+	xa := envtestutil.Action(ns, "moving", "slow", "/orders", `{"n":1}`)
+	xa.Labels = map[string]string{shard.LabelKey: "shard1"}
+	env.Create(t, xa)
+	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("the request at the destination"), func() bool {
+		return rec.count() == 1
+	})
+	patch := []byte(`{"metadata":{"labels":{"` + shard.LabelKey + `":"shard2"}}}`)
+	if err := env.Client.Patch(context.Background(), xa, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatalf("relabeling: %v", err)
+	}
+	got := env.WaitPhase(t, ns, "moving", actionsv1alpha1.PhaseSucceeded, 20*time.Second)
+	if got.Labels[shard.LabelKey] != "shard2" || got.Status.Attempts != 1 || rec.count() != 1 {
+		t.Errorf("label %q, attempts %d, requests %d: want shard2, 1, 1", got.Labels[shard.LabelKey], got.Status.Attempts, rec.count())
+	}
+}
+
+// Without --watch-label-selector a manager is no shard member: it writes no member Lease.
+func TestUnshardedManagerWritesNoMemberLease(t *testing.T) {
+	ns := env.Namespace(t)
+	rec, url := newRecorder(t, 0)
+	env.CreateDestination(t, ns, "plain", url, nil)
+	env.StartManager(t, app.Options{ControllerNamespace: ns, ShardNamespace: ns, ShardInterval: interval})
+	env.Create(t, envtestutil.Action(ns, "plain", "plain", "/orders", `{"n":1}`))
+	env.WaitPhase(t, ns, "plain", actionsv1alpha1.PhaseSucceeded, 30*time.Second)
+	var leases coordinationv1.LeaseList
+	envtestutil.Consistently(t, 3*interval, envtestutil.Say("no member Lease"), func() bool {
+		if err := env.Client.List(context.Background(), &leases, client.InNamespace(ns), client.HasLabels{shard.LabelMember}); err != nil {
+			t.Fatal(err)
+		}
+		return len(leases.Items) == 0
+	})
+	if rec.count() != 1 {
+		t.Errorf("requests %d, want 1", rec.count())
+	}
+}
