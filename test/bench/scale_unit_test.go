@@ -23,8 +23,8 @@ func TestScaleConfigFromEnv(t *testing.T) {
 	if got := c.ExpectedTombstones(); got != 1200 {
 		t.Errorf("ExpectedTombstones() = %v, want 20/s x 60s = 1200", got)
 	}
-	if got := c.ExpectedLive(1); got != 420 {
-		t.Errorf("ExpectedLive(1) = %v, want 20/s x (20s + 1s) = 420", got)
+	if got := c.ExpectedLive(); got != 390 {
+		t.Errorf("ExpectedLive() = %v, want 20/s x (20s - 0.5s) = 390", got)
 	}
 
 	c, err = scaleConfigFromEnv(env(map[string]string{"BENCH_SCALE_RATE": "5.5", "BENCH_SCALE_TTL": "2",
