@@ -163,10 +163,11 @@ type ScaleResult struct {
 	// pages and index per stored byte.
 	DBOverhead float64 `json:"dbBytesPerStoredByte"`
 	// PG* are the PostgreSQL store's table at the end (postgres only).
-	PGRows        int64   `json:"pgRows,omitempty"`
-	PGBytes       int64   `json:"pgTotalRelationBytes,omitempty"`
-	PGBytesPerRow float64 `json:"pgBytesPerRow,omitempty"`
-	ManagerRSS    float64 `json:"managerRSSBytes"`
+	PGRows        int64    `json:"pgRows,omitempty"`
+	PGBytes       int64    `json:"pgTotalRelationBytes,omitempty"`
+	PGBytesPerRow float64  `json:"pgBytesPerRow,omitempty"`
+	PG            *PGSizes `json:"pg,omitempty"`
+	ManagerRSS    float64  `json:"managerRSSBytes"`
 	// Failed counts actions seen in a terminal phase other than Succeeded (should be 0).
 	Failed  int           `json:"failed"`
 	Samples []ScaleSample `json:"samples"`
@@ -209,11 +210,10 @@ func TestBenchmarkScale(t *testing.T) {
 	bin := managerBinary(t, dir)
 	var results []ScaleResult
 	for _, store := range cfg.Stores {
-		args, ok := tombstoneStoreArgs(t, bin, store, dir)
-		if !ok {
+		if !storeAvailable(t, bin, store) {
 			continue
 		}
-		t.Run(store, func(t *testing.T) { results = append(results, scaleRun(t, cfg, bin, dir, store, args)) })
+		t.Run(store, func(t *testing.T) { results = append(results, scaleRun(t, cfg, bin, t.TempDir(), store)) })
 	}
 	if len(results) == 0 {
 		t.Fatal("no store ran")
@@ -271,7 +271,7 @@ func scaleEnv(t *testing.T) *envtestutil.Env {
 
 // scaleRun creates actions at cfg.Rate for cfg.Duration against a fast destination whose retention is
 // cfg.TTL / cfg.TombstoneTTL, samples the stores every cfg.Sample, and measures etcd at the end.
-func scaleRun(t *testing.T, cfg scaleConfig, bin, dir, store string, storeArgs []string) ScaleResult {
+func scaleRun(t *testing.T, cfg scaleConfig, bin, dir, store string) ScaleResult {
 	ctx := context.Background()
 	e := scaleEnv(t)
 	ns := e.Namespace(t)
@@ -282,12 +282,9 @@ func scaleRun(t *testing.T, cfg scaleConfig, bin, dir, store string, storeArgs [
 			TombstoneTTL: &metav1.Duration{Duration: cfg.TombstoneTTL}}
 	})
 	load := loadavg()
-	p := startManager(t, e, bin, dir, 16, storeArgs...)
+	args, pg := storeArgs(t, bin, store, dir)
+	p := startManager(t, e, bin, dir, 16, args...)
 	defer p.stop()
-	var pg *pgStats
-	if store == "postgres" {
-		pg = openPGStats(t, storeArgs)
-	}
 	e.Create(t, envtestutil.Action(ns, "warm", "fast", "/x", `{"i":1}`))
 	e.WaitPhase(t, ns, "warm", actionsv1alpha1.PhaseSucceeded, 60*time.Second)
 
@@ -384,9 +381,14 @@ func scaleRun(t *testing.T, cfg scaleConfig, bin, dir, store string, storeArgs [
 		t.Fatal(err)
 	}
 	if pg != nil {
-		r.PGRows, r.PGBytes = pg.read(t)
-		if r.PGRows > 0 {
-			r.PGBytesPerRow = float64(r.PGBytes) / float64(r.PGRows)
+		sz, err := pg.sizes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.PG = &sz
+		r.PGRows, r.PGBytes = sz.Rows, sz.Total
+		if sz.Rows > 0 {
+			r.PGBytesPerRow = float64(sz.Total) / float64(sz.Rows)
 		}
 	}
 	r.Failed = countFailed(t, e, ns)
