@@ -61,6 +61,7 @@ func run() int {
 		claimMargin                                       time.Duration
 		maxInFlight                                       int
 		shutdownGrace                                     time.Duration
+		tombstoneStore, tombstoneDSNFile                  string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to, "+
 		"e.g. :8443 (HTTPS) or :8080 (HTTP with --metrics-secure=false). 0 disables it.")
@@ -100,6 +101,11 @@ func run() int {
 		"Let namespaced Destinations turn TLS verification off (spec.tls.insecureSkipVerify). Without it such a "+
 			"Destination is not Ready (reason InsecureSkipVerifyNotAllowed) and nothing is sent to it; "+
 			"ClusterDestinations may always.")
+	flag.StringVar(&tombstoneStore, "tombstone-store", "objects", "Where tombstones are kept: objects "+
+		"(ActionTombstone objects in the API server) or postgres (a PostgreSQL table; docs/tombstones.md).")
+	flag.StringVar(&tombstoneDSNFile, "tombstone-store-dsn-file", "", "With --tombstone-store=postgres: a file "+
+		"holding the PostgreSQL DSN (e.g. postgres://user:password@host:5432/db?sslmode=verify-full), such as a "+
+		"mounted Secret. The DSN is never logged.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Usage = func() {
@@ -136,6 +142,8 @@ func run() int {
 		Egress:                    &egressCfg,
 		InsecureSkipVerifyAllowed: insecureSkipVerifyAllowed,
 		AllEvents:                 events == "all",
+		TombstoneStore:            tombstoneStore,
+		TombstoneStoreDSNFile:     tombstoneDSNFile,
 	})
 	if err != nil {
 		setupLog.Error(err, "Failed to set up the manager")
@@ -144,7 +152,7 @@ func run() int {
 	setupLog.Info("Starting manager",
 		"leaderElection", leaderElect, "qps", qps, "burst", burst, "concurrency", concurrency,
 		"maxInFlight", maxInFlight, "shutdownGrace", shutdownGrace,
-		"egressAllow", egressCfg.Allow, "egressDeny", egressCfg.Deny)
+		"egressAllow", egressCfg.Allow, "egressDeny", egressCfg.Deny, "tombstoneStore", tombstoneStore)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Failed to run manager")
 		return 1

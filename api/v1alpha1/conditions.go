@@ -72,6 +72,10 @@ const (
 	// action stays Pending with Stalled True (Reconciling False) until a person decides the holder (the resolve
 	// annotation) or deletes it. The message names the holder and the decision to make.
 	ReasonSubjectOutcomeUnknown = "SubjectOutcomeUnknown"
+	// ReasonTombstoneStoreUnavailable: the tombstone store (ActionTombstone objects or PostgreSQL, manager flag
+	// --tombstone-store) could not say whether this key was used before, so nothing is sent yet: the action
+	// stays Pending with Reconciling True and is looked up again with a growing delay (at most 30s).
+	ReasonTombstoneStoreUnavailable = "TombstoneStoreUnavailable"
 )
 
 // Event reasons of status writes the API server refused as Invalid (docs/security.md).

@@ -30,6 +30,7 @@ import (
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
+	"github.com/actionledger/actionledger/internal/tombstone/postgres"
 )
 
 // Scheme holds the Kubernetes core types and actionledger's API.
@@ -81,6 +82,15 @@ type Options struct {
 	Executor httpexec.Executor
 	// SkipNameValidation allows several managers in one process (tests only).
 	SkipNameValidation bool
+	// TombstoneStore is where tombstones are kept (--tombstone-store): "objects" (ActionTombstones, the
+	// default when empty) or "postgres" (docs/tombstones.md).
+	TombstoneStore string
+	// TombstoneStoreDSNFile is a file holding the PostgreSQL DSN (--tombstone-store-dsn-file, e.g. a mounted
+	// Secret); TombstoneStoreDSN, when set, is used instead (tests). Neither is ever logged.
+	TombstoneStoreDSNFile string
+	TombstoneStoreDSN     string
+	// Postgres tunes the PostgreSQL store (tests: expiry interval).
+	Postgres postgres.Options
 }
 
 // ShutdownRecordTime is what the manager's graceful shutdown allows beyond ShutdownGrace to record the
@@ -180,6 +190,10 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if _, err := xaInformer.AddEventHandler(tombstones.Handler()); err != nil {
 		return nil, fmt.Errorf("adding the tombstone index's event handler: %w", err)
 	}
+	store, err := newTombstoneStore(mgr, o, tombstones, clk)
+	if err != nil {
+		return nil, err
+	}
 	if err := (&controller.ExternalActionReconciler{
 		Client:                    controller.GuardTrimmed(mgr.GetClient()),
 		APIReader:                 mgr.GetAPIReader(),
@@ -199,6 +213,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		AllEvents:                 o.AllEvents,
 		SkipNameValidation:        o.SkipNameValidation,
 		Tombstones:                tombstones,
+		TombstoneStore:            store,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the ExternalAction controller: %w", err)
 	}

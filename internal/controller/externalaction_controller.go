@@ -56,6 +56,7 @@ import (
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/retry"
+	"github.com/actionledger/actionledger/internal/tombstone"
 )
 
 // ExternalActionReconciler reconciles ExternalAction objects.
@@ -98,7 +99,11 @@ type ExternalActionReconciler struct {
 	// it; without one (a reconciler driven directly by a test) each send runs inline in its reconcile.
 	Dispatcher *dispatch.Dispatcher[*pendingOutcome]
 	// Tombstones proves a new key has no tombstone without a read (nil: always read live; see checkTombstone).
+	// It serves the default store (ActionTombstone objects) when TombstoneStore is nil.
 	Tombstones *TombstoneIndex
+	// TombstoneStore keeps tombstones (DESIGN rules 6-8); nil means ActionTombstone objects (ObjectStore over
+	// Client, APIReader and Tombstones).
+	TombstoneStore tombstone.Store
 
 	// pending holds outcomes not yet written (DESIGN rule 2): handed back by the dispatcher, or kept after a
 	// failed write. Recorded before anything else is decided, never re-sent.
@@ -212,6 +217,9 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 	if xa.Status.Fingerprint == "" {
 		// First sight of this key: a tombstone binds it beyond the object's life (DESIGN rule 7).
 		if step, done, err := r.checkTombstone(ctx, xa, key, fp, env); err != nil || done {
+			if unknown := (*errTombstoneStore)(nil); errors.As(err, &unknown) {
+				return r.waitOnTombstoneStore(ctx, xa, unknown, env)
+			}
 			if err != nil {
 				return ctrl.Result{}, err
 			}

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,58 +18,105 @@ import (
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/metrics"
+	"github.com/actionledger/actionledger/internal/tombstone"
 )
 
-// checkTombstone looks up the key's tombstone. r.Tombstones answers "absent" without a read when it can prove
-// it (TombstoneIndex); otherwise the tombstone is read live (never from the informer cache: a tombstone written a
-// moment ago by the previous object's finalizer must be seen). done=true means step decides the action.
+// tombstoneStore is the reconciler's tombstone store: TombstoneStore, else the ActionTombstone objects read
+// through APIReader (with the Tombstones index when set).
+func (r *ExternalActionReconciler) tombstoneStore() tombstone.Store {
+	if r.TombstoneStore != nil {
+		return r.TombstoneStore
+	}
+	return &ObjectStore{Client: r.Client, Reader: r.APIReader, Index: r.Tombstones}
+}
+
+// errTombstoneStore marks a lookup the tombstone store could not answer: the first send waits
+// (waitOnTombstoneStore), it never takes the key for new.
+type errTombstoneStore struct {
+	store string
+	err   error
+}
+
+func (e *errTombstoneStore) Error() string {
+	return fmt.Sprintf("tombstone store %s: %v", e.store, e.err)
+}
+
+func (e *errTombstoneStore) Unwrap() error { return e.err }
+
+// checkTombstone looks up the key's tombstone in the tombstone store (for ActionTombstone objects: proven
+// absent by the TombstoneIndex without a read when it can, else read live). done=true means step decides the
+// action. A lookup the store cannot answer is an *errTombstoneStore: unknown, never absent.
 func (r *ExternalActionReconciler) checkTombstone(ctx context.Context, xa *actionsv1alpha1.ExternalAction, key, fp string,
 	env ledger.Env) (ledger.Step, bool, error) {
-	if r.Tombstones != nil {
-		absent, err := r.Tombstones.Absent(ctx, xa)
-		if err != nil {
-			log.FromContext(ctx).V(1).Info("tombstone index unavailable; reading the tombstone live", "err", err.Error())
-		}
-		if absent {
-			metrics.TombstoneLookups.WithLabelValues("index").Inc()
-			return ledger.Step{}, false, nil
-		}
+	store := r.tombstoneStore()
+	rec, err := store.Lookup(ctx, xa)
+	metrics.TombstoneStoreResult(store.Name(), "lookup", err)
+	if err != nil {
+		return ledger.Step{}, false, &errTombstoneStore{store: store.Name(), err: err}
 	}
-	metrics.TombstoneLookups.WithLabelValues("live").Inc()
-	ts := &actionsv1alpha1.ActionTombstone{}
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(xa), ts)
-	if apierrors.IsNotFound(err) {
+	if rec == nil {
 		return ledger.Step{}, false, nil
 	}
-	if err != nil {
-		return ledger.Step{}, false, fmt.Errorf("reading the tombstone of %s: %w", key, err)
-	}
-	if !env.Now.Before(ts.Spec.ExpiresAt.Time) {
+	ts := &rec.Spec
+	if !env.Now.Before(ts.ExpiresAt.Time) {
 		// Past the replay horizon the same key is a new action (docs/retention.md).
 		return ledger.Step{}, false, nil
 	}
-	if ts.Spec.Fingerprint != fp {
+	if ts.Fingerprint != fp {
 		metrics.FingerprintConflicts.Inc()
-		msg := conflictMessage(xa, ts.Spec.Fingerprint, fp, fmt.Sprintf("the tombstone of an earlier object (uid %s, %s)", ts.Spec.UID, ts.Spec.Phase))
+		msg := conflictMessage(xa, ts.Fingerprint, fp, fmt.Sprintf("the tombstone of an earlier object (uid %s, %s)", ts.UID, ts.Phase))
 		st := xa.Status.DeepCopy()
 		st.IdempotencyKey = key
 		st.Fingerprint = fp
 		return ledger.Conflict(st, msg, env), true, nil
 	}
-	if !ts.Spec.Phase.Terminal() {
+	if !ts.Phase.Terminal() {
 		// The earlier object went before it finished; nothing it did can have applied unprovably (the finalizer
 		// waits for open claims), so this object continues the action under the same key.
 		return ledger.Step{}, false, nil
 	}
 	metrics.Replays.Inc()
 	return ledger.Replay(&xa.Status, key, fp, ledger.Tombstone{
-		UID: ts.Spec.UID, Phase: ts.Spec.Phase, StatusCode: ts.Spec.StatusCode, CompletedAt: ts.Spec.CompletedAt,
-		Response: ts.Spec.Response,
+		UID: ts.UID, Phase: ts.Phase, StatusCode: ts.StatusCode, CompletedAt: ts.CompletedAt,
+		Response: ts.Response,
 	}, env), true, nil
 }
 
-// writeTombstone records the action's key binding and outcome before its object goes (DESIGN rules 7 and 8).
-// It is idempotent: an existing tombstone for the same fingerprint is kept.
+// Bounds of the wait of a first send whose tombstone lookup could not be answered: the recheck grows with the
+// time already waited, from tombstoneRecheckMin to tombstoneRecheckMax.
+const (
+	tombstoneRecheckMin = time.Second
+	tombstoneRecheckMax = 30 * time.Second
+)
+
+// waitOnTombstoneStore keeps a first send waiting while its tombstone lookup cannot be answered: Reconciling
+// True with reason TombstoneStoreUnavailable (written and announced once), rechecked after a jittered delay
+// that grows with the time waited. The store's error goes to the log only (it may name the database host).
+func (r *ExternalActionReconciler) waitOnTombstoneStore(ctx context.Context, xa *actionsv1alpha1.ExternalAction,
+	err *errTombstoneStore, env ledger.Env) (ctrl.Result, error) {
+	log.FromContext(ctx).Info("tombstone lookup not answered; the first send waits", "store", err.store, "err", err.err.Error())
+	waited := time.Duration(0)
+	if c := meta.FindStatusCondition(xa.Status.Conditions, actionsv1alpha1.ConditionReconciling); c != nil &&
+		c.Reason == actionsv1alpha1.ReasonTombstoneStoreUnavailable {
+		waited = env.Now.Sub(c.LastTransitionTime.Time)
+	}
+	wait := min(max(waited/2, tombstoneRecheckMin), tombstoneRecheckMax)
+	wait = wait/2 + time.Duration(env.Rand()*float64(wait))
+	msg := fmt.Sprintf("the tombstone store (%s) did not answer whether this key was used before; nothing is sent "+
+		"until it does (manager log, metric actionledger_tombstone_store_up)", err.store)
+	step := ledger.Delayed(&xa.Status, actionsv1alpha1.ReasonTombstoneStoreUnavailable, msg, env.Now.Add(wait), env)
+	if step.Status != nil {
+		step.Event = &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonTombstoneStoreUnavailable, Message: msg}
+	}
+	if _, aerr := r.apply(ctx, xa, step, ""); aerr != nil {
+		return ctrl.Result{}, aerr
+	}
+	return ctrl.Result{RequeueAfter: wait}, nil
+}
+
+// writeTombstone records the action's key binding and outcome in the tombstone store before its object goes
+// (DESIGN rules 7 and 8). It is idempotent: an existing tombstone for the same fingerprint is kept
+// (tombstone.NeedsWrite).
 func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actionsv1alpha1.ExternalAction) error {
 	if IsTrimmed(xa) && r.APIReader != nil {
 		// The cached copy of a finished action lacks its response (TrimFinished); the tombstone keeps it, so it
@@ -89,51 +136,25 @@ func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actio
 		ttl = dest.TombstoneTTL
 	}
 	now := r.Clock.Now()
-	ts := &actionsv1alpha1.ActionTombstone{
-		ObjectMeta: metav1.ObjectMeta{Namespace: xa.Namespace, Name: xa.Name,
-			Labels: map[string]string{"app.kubernetes.io/managed-by": "actionledger"}},
-		Spec: actionsv1alpha1.ActionTombstoneSpec{
-			Key: st.IdempotencyKey, Fingerprint: st.Fingerprint, Phase: st.Phase,
-			CompletedAt: st.CompletedAt, UID: string(xa.UID), ExpiresAt: metav1.NewTime(now.Add(ttl)),
-		},
-	}
+	rec := &tombstone.Record{Namespace: xa.Namespace, Name: xa.Name, Spec: actionsv1alpha1.ActionTombstoneSpec{
+		Key: st.IdempotencyKey, Fingerprint: st.Fingerprint, Phase: st.Phase,
+		CompletedAt: st.CompletedAt, UID: string(xa.UID), ExpiresAt: metav1.NewTime(now.Add(ttl)),
+	}}
 	if st.ReplayedFrom != nil && st.ReplayedFrom.UID != "" {
 		// A replayed object stands for the original action: keep its identity and completion time.
-		ts.Spec.UID = st.ReplayedFrom.UID
+		rec.Spec.UID = st.ReplayedFrom.UID
 		if st.ReplayedFrom.CompletedAt != nil {
-			ts.Spec.CompletedAt = st.ReplayedFrom.CompletedAt
+			rec.Spec.CompletedAt = st.ReplayedFrom.CompletedAt
 		}
 	}
 	if st.Response != nil {
 		// The response as status held it: already redacted and bounded (boundStatus), so a replay gets it back.
-		ts.Spec.StatusCode, ts.Spec.Response = st.Response.StatusCode, st.Response.DeepCopy()
+		rec.Spec.StatusCode, rec.Spec.Response = st.Response.StatusCode, st.Response.DeepCopy()
 	}
-	err := r.Create(ctx, ts)
-	if apierrors.IsAlreadyExists(err) {
-		cur := &actionsv1alpha1.ActionTombstone{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ts), cur); err != nil {
-			return fmt.Errorf("reading the existing tombstone of %s/%s: %w", xa.Namespace, xa.Name, err)
-		}
-		same := cur.Spec.Fingerprint == ts.Spec.Fingerprint && cur.Spec.Phase == ts.Spec.Phase && cur.Spec.UID == ts.Spec.UID &&
-			cur.Spec.StatusCode == ts.Spec.StatusCode && cur.Spec.CompletedAt.Equal(ts.Spec.CompletedAt) &&
-			equality.Semantic.DeepEqual(cur.Spec.Response, ts.Spec.Response)
-		// The horizon runs from when the last object holding the key went: a replayed copy going extends it, so a
-		// manifest that GitOps keeps re-creating stays bound (docs/retention.md). The object's own second write
-		// (collect, then finalize) does not.
-		extend := string(xa.UID) != cur.Spec.UID && cur.Spec.ExpiresAt.Add(time.Second).Before(ts.Spec.ExpiresAt.Time)
-		if same && !extend {
-			return nil
-		}
-		cur.Spec = ts.Spec
-		if err := r.Update(ctx, cur); err != nil {
-			return fmt.Errorf("updating the tombstone of %s/%s: %w", xa.Namespace, xa.Name, err)
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("writing the tombstone of %s/%s: %w", xa.Namespace, xa.Name, err)
-	}
-	return nil
+	store := r.tombstoneStore()
+	err := store.Write(ctx, rec, xa.UID)
+	metrics.TombstoneStoreResult(store.Name(), "write", err)
+	return err
 }
 
 // finalize runs when an action is being deleted: an open claim is waited for (DESIGN rule 8), then the
