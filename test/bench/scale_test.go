@@ -21,6 +21,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/internal/tombstone/postgres"
 	"github.com/actionledger/actionledger/test/destination"
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
@@ -39,8 +40,9 @@ type scaleConfig struct {
 	TTL time.Duration
 	// TombstoneTTL is the Destination's retention.tombstoneTTL (BENCH_SCALE_TOMBSTONE_TTL seconds, default 60).
 	TombstoneTTL time.Duration
-	// Duration is how long actions are created (BENCH_SCALE_DURATION seconds, default 180); it must leave a
-	// steady window after Warm.
+	// Duration is how long actions are created (BENCH_SCALE_DURATION seconds); it must leave a steady window
+	// after Warm. Zero (the default) is DurationFor's: Warm + 90 s, 180 s for objects and 240 s for postgres
+	// with the other defaults.
 	Duration time.Duration
 	// Sample is the sampling period (BENCH_SCALE_SAMPLE seconds, default 10).
 	Sample time.Duration
@@ -51,7 +53,7 @@ type scaleConfig struct {
 
 // scaleConfigFromEnv reads the knobs; getenv is os.Getenv outside of tests. Errors name the bad knob.
 func scaleConfigFromEnv(getenv func(string) string) (scaleConfig, error) {
-	c := scaleConfig{Rate: 20, TTL: 20 * time.Second, TombstoneTTL: 60 * time.Second, Duration: 180 * time.Second,
+	c := scaleConfig{Rate: 20, TTL: 20 * time.Second, TombstoneTTL: 60 * time.Second,
 		Sample: 10 * time.Second, Stores: []string{"objects", "postgres"}}
 	num := func(k string, def float64) (float64, error) {
 		v := strings.TrimSpace(getenv(k))
@@ -96,17 +98,40 @@ func scaleConfigFromEnv(getenv func(string) string) (scaleConfig, error) {
 			}
 		}
 	}
-	if c.Duration < c.Warm()+2*c.Sample {
-		return c, fmt.Errorf("BENCH_SCALE_DURATION=%s leaves no steady window: want at least %s (ttlAfterFinished + tombstoneTTL + 10s, plus two samples)",
-			c.Duration, c.Warm()+2*c.Sample)
+	for _, store := range c.Stores {
+		if c.Duration > 0 && c.Duration < c.Warm(store)+2*c.Sample {
+			return c, fmt.Errorf("BENCH_SCALE_DURATION=%s leaves no steady window for the %s store: want at least %s (ttlAfterFinished + tombstoneTTL + the store's expiry period + 10s, plus two samples)",
+				c.Duration, store, c.Warm(store)+2*c.Sample)
+		}
 	}
 	return c, nil
 }
 
-// Warm is when the counts are steady, from the first create: the first tombstones expire at about
-// TTL + TombstoneTTL; 10 s more covers the time to finish, the whole-second rounding of expiresAt and the
-// collection's own writes.
-func (c scaleConfig) Warm() time.Duration { return c.TTL + c.TombstoneTTL + 10*time.Second }
+// expiryPeriod is how often store deletes expired tombstones: the objects store requeues each tombstone for
+// its own expiresAt (TombstoneReconciler), the PostgreSQL store deletes expired rows in batches every
+// postgres.DefaultExpireInterval (1 minute; not a flag), so a row lives up to that much longer.
+func expiryPeriod(store string) time.Duration {
+	if store == "postgres" {
+		return postgres.DefaultExpireInterval
+	}
+	return 0
+}
+
+// Warm is when the counts are steady, from the first create: the first tombstones go at about
+// TTL + TombstoneTTL (+ the store's expiry period); 10 s more covers the time to finish, the whole-second
+// rounding of expiresAt and the collection's own writes.
+func (c scaleConfig) Warm(store string) time.Duration {
+	return c.TTL + c.TombstoneTTL + expiryPeriod(store) + 10*time.Second
+}
+
+// DurationFor is Duration, or Warm + 90 s when Duration is zero: a steady window of nine samples at the
+// default period, and more than one period of the PostgreSQL store's expiry (its row count is a saw tooth).
+func (c scaleConfig) DurationFor(store string) time.Duration {
+	if c.Duration > 0 {
+		return c.Duration
+	}
+	return c.Warm(store) + 90*time.Second
+}
 
 // ExpectedLive is Little's law for the live objects: rate × the time an object lives, which is
 // ttlAfterFinished less half a second on average (expiresAt is stored in whole seconds, cut down, and the
@@ -116,16 +141,22 @@ func (c scaleConfig) ExpectedLive() float64 {
 	return c.Rate * (c.TTL.Seconds() - 0.5)
 }
 
-// ExpectedTombstones is rate × tombstoneTTL (each collected action leaves one tombstone for tombstoneTTL).
-func (c scaleConfig) ExpectedTombstones() float64 { return c.Rate * c.TombstoneTTL.Seconds() }
+// ExpectedTombstones is rate × the time a tombstone lives: tombstoneTTL, plus half the store's expiry period
+// on average (each collected action leaves one tombstone).
+func (c scaleConfig) ExpectedTombstones(store string) float64 {
+	return c.Rate * (c.TombstoneTTL + expiryPeriod(store)/2).Seconds()
+}
 
 // ScaleSample is one sample of a scale run.
 type ScaleSample struct {
-	AtSeconds  float64     `json:"atSeconds"`
-	Created    int64       `json:"created"`
-	Live       int64       `json:"liveActions"`
-	Tombstones int64       `json:"tombstones"`
-	Etcd       EtcdMetrics `json:"etcd"`
+	AtSeconds float64 `json:"atSeconds"`
+	Created   int64   `json:"created"`
+	Live      int64   `json:"liveActions"`
+	// Tombstones is the store's count: ActionTombstone keys in etcd, or the PostgreSQL table's rows.
+	Tombstones int64 `json:"tombstones"`
+	// EtcdTombstones is the ActionTombstone keys in etcd (0 with the postgres store once it runs).
+	EtcdTombstones int64       `json:"etcdTombstones"`
+	Etcd           EtcdMetrics `json:"etcd"`
 	// PGRows and PGBytes are the PostgreSQL store's row count and pg_total_relation_size (postgres only).
 	PGRows  int64 `json:"pgRows,omitempty"`
 	PGBytes int64 `json:"pgTotalRelationBytes,omitempty"`
@@ -159,6 +190,8 @@ type ScaleResult struct {
 	// HistoryBytesPerAction is (in use at the end − in use after compaction) / created: the old revisions each
 	// action leaves in etcd until the next compaction.
 	HistoryBytesPerAction float64 `json:"historyBytesPerAction"`
+	// RevisionsPerAction is etcd revisions (writes of any key) between the baseline and the end, per action.
+	RevisionsPerAction float64 `json:"etcdRevisionsPerAction"`
 	// DBOverhead is (compacted db − baseline db) / (stored bytes now − stored bytes at baseline): bbolt's
 	// pages and index per stored byte.
 	DBOverhead float64 `json:"dbBytesPerStoredByte"`
@@ -309,14 +342,16 @@ func scaleRun(t *testing.T, cfg scaleConfig, bin, dir, store string) ScaleResult
 		if s.Live, err = etcd.count(ctx, actionsPrefix); err != nil {
 			t.Error(err)
 		}
-		if s.Tombstones, err = etcd.count(ctx, tombPrefix); err != nil {
+		if s.EtcdTombstones, err = etcd.count(ctx, tombPrefix); err != nil {
 			t.Error(err)
 		}
+		s.Tombstones = s.EtcdTombstones
 		if s.Etcd, err = etcd.metrics(ctx); err != nil {
 			t.Error(err)
 		}
 		if pg != nil {
 			s.PGRows, s.PGBytes = pg.read(t)
+			s.Tombstones = s.PGRows
 		}
 		samples = append(samples, s)
 	}
@@ -342,7 +377,8 @@ func scaleRun(t *testing.T, cfg scaleConfig, bin, dir, store string) ScaleResult
 	var wg sync.WaitGroup
 	var failed atomic.Bool
 	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
-	n := int(cfg.Rate * cfg.Duration.Seconds())
+	duration := cfg.DurationFor(store)
+	n := int(cfg.Rate * duration.Seconds())
 	for i := 0; i < n && !failed.Load(); i++ {
 		if i > 0 {
 			<-tick.C
@@ -367,9 +403,9 @@ func scaleRun(t *testing.T, cfg scaleConfig, bin, dir, store string) ScaleResult
 	sample()
 
 	r := ScaleResult{Store: store, Rate: cfg.Rate, TTLSeconds: cfg.TTL.Seconds(), TombstoneTTLSeconds: cfg.TombstoneTTL.Seconds(),
-		DurationSeconds: cfg.Duration.Seconds(), Created: created.Load(), AchievedRate: float64(created.Load()) / took.Seconds(),
-		Samples: samples, ExpectedTombstones: cfg.ExpectedTombstones(), ManagerRSS: p.rss()}
-	r.SteadyLive, r.SteadyTombstones, _ = steady(samples, cfg.Warm())
+		DurationSeconds: duration.Seconds(), Created: created.Load(), AchievedRate: float64(created.Load()) / took.Seconds(),
+		Samples: samples, ExpectedTombstones: cfg.ExpectedTombstones(store), ManagerRSS: p.rss()}
+	r.SteadyLive, r.SteadyTombstones, _ = steady(samples, cfg.Warm(store))
 	r.ExpectedLive = cfg.ExpectedLive()
 	if r.StoredActions, err = etcd.stored(ctx, actionsPrefix); err != nil {
 		t.Fatal(err)
@@ -399,6 +435,7 @@ func scaleRun(t *testing.T, cfg scaleConfig, bin, dir, store string) ScaleResult
 	if r.EtcdCompacted, err = etcd.compactDefrag(ctx); err != nil {
 		t.Fatal(err)
 	}
+	r.RevisionsPerAction = float64(r.EtcdEnd.Revision-base.Revision) / float64(r.Created)
 	r.HistoryBytesPerAction = float64(r.EtcdEnd.DBSizeInUse-r.EtcdCompacted.DBSizeInUse) / float64(r.Created)
 	if d := r.StoredAll.Bytes() - storedBase.Bytes(); d > 0 {
 		r.DBOverhead = float64(r.EtcdCompacted.DBSize-base.DBSize) / float64(d)
@@ -437,17 +474,20 @@ func countFailed(t *testing.T, e *envtestutil.Env, ns string) int {
 // scaleTable is the per-store summary, per 1,000 objects.
 func scaleTable(rs []ScaleResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| store | rate/s | ttlAfterFinished | tombstoneTTL | created | live (expected) | tombstones (expected) | etcd B / live action | etcd B / tombstone | MiB / 1,000 live | MiB / 1,000 tombstones | history B / action | etcd db end (in use) | compacted+defrag | db B / stored B | postgres rows | postgres B / row | postgres MiB / 1,000 |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| store | rate/s | ttlAfterFinished | tombstoneTTL | created | live (expected) | tombstones (expected) | etcd B / live action | etcd B / tombstone | MiB / 1,000 live | MiB / 1,000 tombstones | etcd revisions / action | history B / action | etcd db end (in use) | compacted+defrag | db B / stored B | postgres rows | postgres B / row (after VACUUM FULL) | postgres MiB / 1,000 rows |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		pgRows, pgRow, pgK := "", "", ""
 		if r.Store == "postgres" {
 			pgRows, pgRow, pgK = strconv.FormatInt(r.PGRows, 10), fmt.Sprintf("%.0f", r.PGBytesPerRow), fmt.Sprintf("%.2f", perThousand(r.PGBytesPerRow))
+			if r.PG != nil && r.PG.Rows > 0 {
+				pgRow += fmt.Sprintf(" (%.0f)", float64(r.PG.TotalAfterVacuumFull)/float64(r.PG.Rows))
+			}
 		}
-		fmt.Fprintf(&b, "| %s | %.1f | %.0fs | %.0fs | %d | %.0f (%.0f) | %.0f (%.0f) | %.0f | %.0f | %.2f | %.2f | %.0f | %.1f MiB (%.1f) | %.1f MiB | %.2f | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %.1f | %.0fs | %.0fs | %d | %.0f (%.0f) | %.0f (%.0f) | %.0f | %.0f | %.2f | %.2f | %.1f | %.0f | %.1f MiB (%.1f) | %.1f MiB | %.2f | %s | %s | %s |\n",
 			r.Store, r.AchievedRate, r.TTLSeconds, r.TombstoneTTLSeconds, r.Created, r.SteadyLive, r.ExpectedLive,
 			r.SteadyTombstones, r.ExpectedTombstones, r.StoredActions.PerKey(), r.StoredTombstones.PerKey(),
-			perThousand(r.StoredActions.PerKey()), perThousand(r.StoredTombstones.PerKey()), r.HistoryBytesPerAction,
+			perThousand(r.StoredActions.PerKey()), perThousand(r.StoredTombstones.PerKey()), r.RevisionsPerAction, r.HistoryBytesPerAction,
 			float64(r.EtcdEnd.DBSize)/(1<<20), float64(r.EtcdEnd.DBSizeInUse)/(1<<20), float64(r.EtcdCompacted.DBSize)/(1<<20),
 			r.DBOverhead, pgRows, pgRow, pgK)
 	}

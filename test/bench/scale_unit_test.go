@@ -13,27 +13,34 @@ func TestScaleConfigFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Rate != 20 || c.TTL != 20*time.Second || c.TombstoneTTL != time.Minute || c.Duration != 3*time.Minute ||
+	if c.Rate != 20 || c.TTL != 20*time.Second || c.TombstoneTTL != time.Minute || c.Duration != 0 ||
 		c.Sample != 10*time.Second || strings.Join(c.Stores, ",") != "objects,postgres" {
 		t.Errorf("defaults = %+v", c)
 	}
-	if c.Warm() != 90*time.Second {
-		t.Errorf("Warm() = %s, want ttl + tombstoneTTL + 10s = 90s", c.Warm())
+	if c.Warm("objects") != 90*time.Second || c.DurationFor("objects") != 3*time.Minute {
+		t.Errorf("objects: Warm %s, DurationFor %s; want ttl + tombstoneTTL + 10s = 90s, and 90s more", c.Warm("objects"), c.DurationFor("objects"))
 	}
-	if got := c.ExpectedTombstones(); got != 1200 {
-		t.Errorf("ExpectedTombstones() = %v, want 20/s x 60s = 1200", got)
+	// The PostgreSQL store deletes expired rows once a minute: rows live 30 s longer on average.
+	if c.Warm("postgres") != 150*time.Second || c.DurationFor("postgres") != 4*time.Minute {
+		t.Errorf("postgres: Warm %s, DurationFor %s; want 150s and 240s", c.Warm("postgres"), c.DurationFor("postgres"))
+	}
+	if got := c.ExpectedTombstones("objects"); got != 1200 {
+		t.Errorf("ExpectedTombstones(objects) = %v, want 20/s x 60s = 1200", got)
+	}
+	if got := c.ExpectedTombstones("postgres"); got != 1800 {
+		t.Errorf("ExpectedTombstones(postgres) = %v, want 20/s x (60s + 30s) = 1800", got)
 	}
 	if got := c.ExpectedLive(); got != 390 {
 		t.Errorf("ExpectedLive() = %v, want 20/s x (20s - 0.5s) = 390", got)
 	}
 
 	c, err = scaleConfigFromEnv(env(map[string]string{"BENCH_SCALE_RATE": "5.5", "BENCH_SCALE_TTL": "2",
-		"BENCH_SCALE_TOMBSTONE_TTL": "3", "BENCH_SCALE_DURATION": "40", "BENCH_SCALE_SAMPLE": "1.5",
+		"BENCH_SCALE_TOMBSTONE_TTL": "3", "BENCH_SCALE_DURATION": "80", "BENCH_SCALE_SAMPLE": "1.5",
 		"BENCH_SCALE_STORES": " postgres , objects,postgres"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Rate != 5.5 || c.TTL != 2*time.Second || c.TombstoneTTL != 3*time.Second || c.Duration != 40*time.Second ||
+	if c.Rate != 5.5 || c.TTL != 2*time.Second || c.TombstoneTTL != 3*time.Second || c.DurationFor("postgres") != 80*time.Second ||
 		c.Sample != 1500*time.Millisecond || strings.Join(c.Stores, ",") != "postgres,objects" {
 		t.Errorf("parsed = %+v", c)
 	}
@@ -44,9 +51,15 @@ func TestScaleConfigFromEnv(t *testing.T) {
 			t.Errorf("%s=%s: err = %v, want an error naming the knob", k, v, err)
 		}
 	}
-	// 20 + 60 + 10 s of warm-up and two samples do not fit in 100 s.
+	// 20 + 60 + 10 s of warm-up and two samples do not fit in 100 s; for postgres 60 s more.
 	if _, err := scaleConfigFromEnv(env(map[string]string{"BENCH_SCALE_DURATION": "100"})); err == nil {
 		t.Error("a duration without a steady window was accepted")
+	}
+	if _, err := scaleConfigFromEnv(env(map[string]string{"BENCH_SCALE_DURATION": "160", "BENCH_SCALE_STORES": "objects"})); err != nil {
+		t.Errorf("160 s for the objects store: %v", err)
+	}
+	if _, err := scaleConfigFromEnv(env(map[string]string{"BENCH_SCALE_DURATION": "160"})); err == nil || !strings.Contains(err.Error(), "postgres") {
+		t.Errorf("160 s for the postgres store: err = %v, want one naming postgres", err)
 	}
 }
 
