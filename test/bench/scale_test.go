@@ -452,7 +452,7 @@ func pgNote(s ScaleSample) string {
 	if s.PGRows == 0 && s.PGBytes == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", postgres %d rows %.1f MiB", s.PGRows, float64(s.PGBytes)/(1<<20))
+	return fmt.Sprintf(", postgres %d rows %.1f MiB (ActionTombstones in etcd: %d)", s.PGRows, float64(s.PGBytes)/(1<<20), s.EtcdTombstones)
 }
 
 // countFailed counts the namespace's live actions in a terminal phase other than Succeeded.
