@@ -5,6 +5,9 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
+// labelStore is the tombstone store label: "objects" or "postgres".
+const labelStore = "store"
+
 var (
 	// TombstoneStoreUp is 1 while the tombstone store answered its last operation (or health check), 0 after
 	// it failed, by store ("objects" or "postgres"). 0 means first sends wait: a lookup that cannot be answered
@@ -12,20 +15,20 @@ var (
 	TombstoneStoreUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "actionledger_tombstone_store_up",
 		Help: "1 if the tombstone store answered its last operation, 0 if it failed (first sends then wait), by store.",
-	}, []string{"store"})
+	}, []string{labelStore})
 
 	// TombstoneStoreErrors counts failed tombstone store operations, by store and operation (lookup, write,
 	// expire, ping).
 	TombstoneStoreErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "actionledger_tombstone_store_errors_total",
 		Help: "Failed tombstone store operations, by store and operation (lookup, write, expire, ping).",
-	}, []string{"store", "op"})
+	}, []string{labelStore, "op"})
 
 	// TombstonesExpired counts tombstones deleted past their replay horizon by a batched expiry, by store.
 	TombstonesExpired = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "actionledger_tombstones_expired_total",
 		Help: "Tombstones deleted past their replay horizon by the batched expiry, by store.",
-	}, []string{"store"})
+	}, []string{labelStore})
 )
 
 // TombstoneOps are the op label values of TombstoneStoreErrors.

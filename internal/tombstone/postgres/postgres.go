@@ -155,7 +155,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("goose store: %w", err)
 	}
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID))
+	// Another replica migrating holds the lock: ask again every second, for up to 5 minutes.
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID), lock.WithLockTimeout(1, 300))
 	if err != nil {
 		return fmt.Errorf("goose locker: %w", err)
 	}

@@ -39,6 +39,8 @@ var contractMetrics = map[string]struct {
 	"actionledger_action_duration_seconds":         {dto.MetricType_HISTOGRAM, []string{"phase"}},
 	"actionledger_attempt_duration_seconds":        {dto.MetricType_HISTOGRAM, []string{"destination"}},
 	"actionledger_delayed_total":                   {dto.MetricType_COUNTER, []string{"destination", "reason"}},
+	"actionledger_tombstone_store_up":              {dto.MetricType_GAUGE, []string{"store"}},
+	"actionledger_tombstone_store_errors_total":    {dto.MetricType_COUNTER, []string{"store", "op"}},
 }
 
 var destinationLabel = regexp.MustCompile(`^(Destination/[a-z0-9.-]+/[a-z0-9.-]+|ClusterDestination/[a-z0-9.-]+)$`)
