@@ -15,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
@@ -281,6 +284,8 @@ func TestBenchmarkScale(t *testing.T) {
 // end. It has the finalizer policy, as newEnv.
 func scaleEnv(t *testing.T) *envtestutil.Env {
 	t.Helper()
+	// As envtestutil.Start: errors only (controller-runtime warns, with a stack, when no logger is set).
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
