@@ -242,6 +242,10 @@ func TestBenchmarkScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nTomb, err := cachedTombstones(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	bin := managerBinary(t, dir)
 	var results []ScaleResult
@@ -254,7 +258,18 @@ func TestBenchmarkScale(t *testing.T) {
 	if len(results) == 0 {
 		t.Fatal("no store ran")
 	}
+	res := scaleOut{Stores: results}
+	if nTomb > 0 {
+		t.Run("cached-tombstones", func(t *testing.T) {
+			m := tombstoneMemory(t, bin, t.TempDir(), nTomb)
+			res.CachedTombstones = &m
+		})
+	}
 	t.Log("\n" + scaleTable(results))
+	if m := res.CachedTombstones; m != nil {
+		t.Logf("manager memory per cached ActionTombstone (%d cached): live heap %.0f B, heap in use %.0f B, RSS %.0f B (stored %d B each)",
+			m.Cached, m.LivePerTombstone, m.InusePerTombstone, m.RSSPerTombstone, m.TemplateBytes)
+	}
 	out := os.Getenv("BENCH_SCALE_OUT")
 	if out == "" {
 		out = filepath.Join("bin", "bench", "scale.json")
@@ -266,7 +281,7 @@ func TestBenchmarkScale(t *testing.T) {
 	if err := os.MkdirAll(filepath.Dir(out), 0o750); err != nil { //nolint:gosec // BENCH_SCALE_OUT is the user's own choice
 		t.Fatal(err)
 	}
-	data, _ := json.MarshalIndent(results, "", "  ")
+	data, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(out, data, 0o600); err != nil { //nolint:gosec // BENCH_SCALE_OUT is the user's own choice
 		t.Fatal(err)
 	}
@@ -276,6 +291,9 @@ func TestBenchmarkScale(t *testing.T) {
 			(r.Store == "postgres" && r.PGRows == 0) {
 			t.Fatalf("the scale run of %s measured nothing: %+v", r.Store, r)
 		}
+	}
+	if m := res.CachedTombstones; m != nil && (m.With.RSS <= 0 || m.With.HeapInuse <= 0) {
+		t.Fatalf("no memory measured with cached tombstones: %+v", m)
 	}
 }
 

@@ -114,3 +114,16 @@ func TestStoredAndPerThousand(t *testing.T) {
 		t.Errorf("perThousand = %v", got)
 	}
 }
+
+func TestCachedTombstones(t *testing.T) {
+	for v, want := range map[string]int{"": 20000, "0": 0, " 500 ": 500} {
+		if n, err := cachedTombstones(env(map[string]string{"BENCH_SCALE_CACHED_TOMBSTONES": v})); err != nil || n != want {
+			t.Errorf("%q: %d, %v; want %d", v, n, err, want)
+		}
+	}
+	for _, v := range []string{"-1", "many"} {
+		if _, err := cachedTombstones(env(map[string]string{"BENCH_SCALE_CACHED_TOMBSTONES": v})); err == nil {
+			t.Errorf("%q was accepted", v)
+		}
+	}
+}
