@@ -75,6 +75,11 @@ const (
 	DefaultLeaseDuration = 15 * time.Second
 	// DefaultUnannounceAfter is how long a destination stays on a shard's list after its last use (10 min).
 	DefaultUnannounceAfter = 10 * time.Minute
+	// DefaultForgetAfter is how long another member's Lease must stay unchanged, as seen by this manager, before
+	// this manager deletes it (1 h): the Lease of a shard that is gone for good (without leader election each
+	// process is its own member, so every restart leaves one behind). A shard whose Lease was deleted only
+	// creates it again at its next renewal and joins anew, waiting as after a start.
+	DefaultForgetAfter = time.Hour
 	// MaxAnnounced is the most destinations a Lease lists one by one; past it the shard announces "*"
 	// (about 17 bytes each, so the annotation stays far below the API server's 256 KiB).
 	MaxAnnounced = 2000
@@ -102,8 +107,8 @@ type Membership struct {
 	Reader client.Reader
 	// Namespace and Name locate the member Lease; Holder is written as its holderIdentity.
 	Namespace, Name, Holder string
-	// Interval, LeaseDuration and UnannounceAfter: see the Default constants (zero takes them).
-	Interval, LeaseDuration, UnannounceAfter time.Duration
+	// Interval, LeaseDuration, UnannounceAfter and ForgetAfter: see the Default constants (zero takes them).
+	Interval, LeaseDuration, UnannounceAfter, ForgetAfter time.Duration
 	// Clock reads the time (default the real clock); the loop's ticks are real time.
 	Clock clock.PassiveClock
 
@@ -160,6 +165,13 @@ func (m *Membership) unannounceAfter() time.Duration {
 		return DefaultUnannounceAfter
 	}
 	return m.UnannounceAfter
+}
+
+func (m *Membership) forgetAfter() time.Duration {
+	if m.ForgetAfter <= 0 {
+		return DefaultForgetAfter
+	}
+	return max(m.ForgetAfter, 2*m.leaseDuration())
 }
 
 func (m *Membership) init() {
@@ -324,18 +336,36 @@ func (m *Membership) list(ctx context.Context) error {
 		return fmt.Errorf("listing shard member Leases in %s: %w", m.Namespace, err)
 	}
 	now := m.clock().Now()
+	stale := m.count(leases.Items, start, now)
+	// Forget members gone for good: delete their Leases, each only if unchanged since it was last seen.
+	for _, l := range stale {
+		err := m.Client.Delete(ctx, l, client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting the stale shard member Lease %s/%s: %w", l.Namespace, l.Name, err)
+		}
+	}
+	return nil
+}
+
+// count records the member Leases listed at start (read by now) and counts the live ones; it returns the
+// Leases unchanged for ForgetAfter, which list deletes.
+func (m *Membership) count(items []coordinationv1.Lease, start, now time.Time) []*coordinationv1.Lease {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.init()
 	seen := map[string]bool{}
-	for i := range leases.Items {
-		l := &leases.Items[i]
+	var stale []*coordinationv1.Lease
+	for i := range items {
+		l := &items[i]
 		if l.Name == m.Name {
 			continue
 		}
 		seen[l.Name] = true
 		o := m.others[l.Name]
 		if o != nil && o.resourceVersion == l.ResourceVersion {
+			if now.Sub(o.changedAt) >= m.forgetAfter() {
+				stale = append(stale, l)
+			}
 			continue
 		}
 		o = &member{resourceVersion: l.ResourceVersion, changedAt: now, dests: map[string]bool{}}
@@ -362,5 +392,5 @@ func (m *Membership) list(ctx context.Context) error {
 	}
 	m.listedAt = start
 	metrics.ShardMembers.Set(float64(live))
-	return nil
+	return stale
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -139,5 +140,54 @@ func TestShareJoinsCountsAndExpires(t *testing.T) {
 		l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "a" || l.Spec.RenewTime == nil ||
 		!l.Spec.RenewTime.Equal(&metav1.MicroTime{Time: clk.Now()}) {
 		t.Fatalf("member Lease = %+v", l)
+	}
+}
+
+// A member Lease that stays unchanged for ForgetAfter (a shard gone for good, e.g. a process without leader
+// election that was restarted under a new identity) is deleted by the others; one still renewed is kept, and
+// a shard whose Lease was deleted creates it again and joins anew (it waits, as after a start).
+func TestStaleMemberLeasesAreForgotten(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := coordinationv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).Build()
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a, b, gone := newMember(c, clk, "a"), newMember(c, clk, "b"), newMember(c, clk, "gone")
+	for _, m := range []*Membership{a, b, gone} {
+		m.ForgetAfter = 30 * time.Second
+	}
+	exists := func(m *Membership) bool {
+		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: m.Name}, &coordinationv1.Lease{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	tick(t, a, b, gone)
+	for range 29 { // gone stops renewing; a and b go on
+		clk.SetTime(clk.Now().Add(time.Second))
+		tick(t, a, b)
+	}
+	if !exists(gone) {
+		t.Fatal("a member Lease was deleted before ForgetAfter")
+	}
+	for range 3 {
+		clk.SetTime(clk.Now().Add(time.Second))
+		tick(t, a, b)
+	}
+	if exists(gone) {
+		t.Fatal("a member Lease unchanged for ForgetAfter was not deleted")
+	}
+	if !exists(a) || !exists(b) {
+		t.Fatal("a renewed member Lease was deleted")
+	}
+	// The forgotten shard comes back: its Lease is created again and it waits before it admits.
+	tick(t, gone)
+	if !exists(gone) {
+		t.Fatal("a forgotten shard's renewal did not create its Lease again")
+	}
+	if _, _, ok := gone.Share(dest, clk.Now()); ok {
+		t.Fatal("a shard whose Lease was forgotten admitted at once; it must join anew")
 	}
 }
