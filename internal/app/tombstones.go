@@ -55,5 +55,5 @@ func newTombstoneStore(mgr ctrl.Manager, o Options, index *controller.TombstoneI
 	if err := mgr.Add(pg.Expirer()); err != nil {
 		return nil, fmt.Errorf("adding the tombstone expirer: %w", err)
 	}
-	return tombstone.Chain{Primary: pg, Fallback: objects}, nil
+	return tombstone.Chain{Primary: pg, Fallback: objects, Now: clk.Now}, nil
 }

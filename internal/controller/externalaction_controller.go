@@ -152,7 +152,10 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		if moved, err := r.movedAway(ctx, req.NamespacedName, xa); err != nil || !moved {
 			if err == nil {
 				r.pending.Delete(req.NamespacedName) // the object is gone: there is nothing left to record on
-				r.outputs.Delete(req.NamespacedName)
+				if r.Dispatcher == nil || !r.Dispatcher.Holds(req.NamespacedName) {
+					// Not while its send is out: the values are held before the outcome reaches r.pending.
+					r.outputs.Delete(req.NamespacedName)
+				}
 				r.subjectWaits.Delete(req.NamespacedName)
 			}
 			return ctrl.Result{}, err
@@ -264,21 +267,25 @@ func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *acti
 	}
 }
 
-// movedAway reports whether an object that the cache does not hold, but whose outcome this manager holds
-// (r.pending), still exists: it was relabeled out of this shard's --watch-label-selector while its attempt was
-// in flight. Then xa is its live copy and the outcome is recorded on it all the same (DESIGN rule 2); the shard
-// that now owns it takes over from there.
+// movedAway reports whether an object that the cache does not hold, but whose outcome (r.pending) or output
+// values (r.outputs) this manager holds, still exists: it was relabeled out of this shard's
+// --watch-label-selector while its attempt was in flight, or before its outputs were written. Then xa is its
+// live copy and the outcome is recorded, and the outputs written, on it all the same (DESIGN rule 2); the
+// shard that now owns it takes over from there. Output values held for another object of the same name (an
+// older UID) do not count.
 func (r *ExternalActionReconciler) movedAway(ctx context.Context, nn types.NamespacedName, xa *actionsv1alpha1.ExternalAction) (bool, error) {
-	if _, ok := r.pending.Load(nn); !ok || r.APIReader == nil {
+	_, pending := r.pending.Load(nn)
+	held, holds := r.outputs.Load(nn)
+	if (!pending && !holds) || r.APIReader == nil {
 		return false, nil
 	}
 	if err := r.APIReader.Get(ctx, nn, xa); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
-		return false, fmt.Errorf("reading %s, whose outcome is pending, from the API server: %w", nn, err)
+		return false, fmt.Errorf("reading %s, whose outcome or outputs are held, from the API server: %w", nn, err)
 	}
-	return true, nil
+	return pending || held.(*heldOutputs).uid == xa.UID, nil
 }
 
 // claimAndSend waits for room at the destination, reads its credentials, takes a token from its limits,

@@ -408,3 +408,56 @@ func TestDestinationReadyChecksOAuth2AndSigningSecrets(t *testing.T) {
 		}
 	}
 }
+
+// A post-check whose token is refused (401) learns nothing about the effect: it is inconclusive and asked again
+// with a new token, even when notApplied would hold for a 401 (statusCode >= 400). An unsafe POST whose answer
+// never came is therefore not re-sent on the strength of a refused token; the second check finds it applied.
+func TestOAuth2RefusedTokenPostCheckIsInconclusive(t *testing.T) {
+	te := newTokenEndpoint(t)
+	var posts, applied, checks atomic.Int32
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		issued := te.tokens()
+		if r.Method == http.MethodGet {
+			checks.Add(1)
+			switch {
+			case !slices.Contains(issued, tok) || tok == issued[0]: // the first token is refused at the check
+				w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+				w.WriteHeader(http.StatusUnauthorized)
+			case applied.Load() > 0:
+				w.WriteHeader(http.StatusOK)
+			default:
+				w.WriteHeader(http.StatusNotFound)
+			}
+			return
+		}
+		posts.Add(1)
+		applied.Add(1)
+		select { // applied, but the answer comes after the attempt's timeout: uncertain
+		case <-time.After(3 * time.Second):
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(api.Close)
+	env.StartManager(t, app.Options{})
+	ns := env.Namespace(t)
+	oauthDestination(t, ns, "orders", api.URL, te.URL+"/oauth2/token", 3)
+	d := &actionsv1alpha1.Destination{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "orders"}, d); err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Timeout = durationp(time.Second)
+	d.Spec.Reconciliation = &actionsv1alpha1.ReconciliationCheck{Path: "/effects?key={key}",
+		Applied: "response.statusCode == 200", NotApplied: "response.statusCode >= 400"}
+	if err := env.Client.Update(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	env.Create(t, envtestutil.Action(ns, "pay", "orders", "/orders", `{"amount":100}`))
+	xa := env.WaitPhase(t, ns, "pay", actionsv1alpha1.PhaseSucceeded, 60*time.Second)
+	if posts.Load() != 1 || applied.Load() != 1 || checks.Load() < 2 {
+		t.Fatalf("POSTs %d, applied %d, post-checks %d: want 1, 1, at least 2 (the refused check is asked again)\n%s",
+			posts.Load(), applied.Load(), checks.Load(), envtestutil.JSON(xa.Status))
+	}
+	assertNoToken(t, dumpOf(t, ns, "pay"), te.tokens())
+}

@@ -302,6 +302,10 @@ func (r *ExternalActionReconciler) settleOutputs(ctx context.Context, xa *action
 	default:
 		var err error
 		if out, msg, err = r.findOutputs(ctx, xa); err != nil {
+			if e, ok := errors.AsType[*outputsHeldElsewhere](err); ok {
+				log.FromContext(ctx).V(1).Info("outputs not held here; waiting for the shard that may hold them", "wait", e.wait)
+				return ctrl.Result{RequeueAfter: e.wait}, nil
+			}
 			return ctrl.Result{}, err
 		}
 	}
@@ -358,6 +362,9 @@ func (r *ExternalActionReconciler) findOutputs(ctx context.Context, xa *actionsv
 		return out, fmt.Sprintf("succeeded; the outputs were written to %s %s/%s", kind, xa.Namespace, name), nil
 	}
 	if ledger.OutputsHeld(&xa.Status) {
+		if wait := r.outputLostGrace(xa); wait > 0 {
+			return out, "", &outputsHeldElsewhere{wait: wait}
+		}
 		out.Reason = actionsv1alpha1.ReasonOutputLost
 		return out, fmt.Sprintf("the manager stopped (or lost leadership) after recording Succeeded and before writing %s "+
 			"%s/%s: the values were held only in its memory and are lost, and nothing is sent again. The recorded "+
@@ -471,4 +478,26 @@ func actionOfOutput(_ context.Context, obj client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+}
+
+// OutputLostGrace is how long after an action's completedAt a sharded manager (--watch-label-selector) that
+// holds no output values waits before it records OutputLost: the shard the action was moved away from may
+// still hold them and be writing the target (its movedAway path). Two shard lease durations (30 s).
+const OutputLostGrace = 30 * time.Second
+
+// outputsHeldElsewhere: findOutputs found neither values nor a target, but another shard may still hold the
+// values; ask again after wait.
+type outputsHeldElsewhere struct{ wait time.Duration }
+
+func (e *outputsHeldElsewhere) Error() string {
+	return fmt.Sprintf("the outputs may be held by another shard; asking again in %s", e.wait)
+}
+
+// outputLostGrace returns how much longer a manager must wait before recording OutputLost on xa: only a
+// sharded manager waits (another shard may hold the values), until OutputLostGrace after completedAt.
+func (r *ExternalActionReconciler) outputLostGrace(xa *actionsv1alpha1.ExternalAction) time.Duration {
+	if r.Shards == nil || xa.Status.CompletedAt == nil {
+		return 0
+	}
+	return max(xa.Status.CompletedAt.Add(OutputLostGrace).Sub(r.Clock.Now()), 0)
 }

@@ -115,6 +115,12 @@ func (r *ExternalActionReconciler) askCheck(ctx context.Context, dest *resolvedD
 	res := r.Executor.Execute(ctx, httpexec.Request{Method: m, URL: target, Header: h, Timeout: timeout, TLS: dest.TLS},
 		keepBytes(red))
 	r.dropRefusedToken(dest, token, res)
+	if token != "" && res.Response != nil && res.Response.StatusCode == http.StatusUnauthorized {
+		// A refused token says nothing about the effect: inconclusive, whatever applied/notApplied would make of
+		// a 401 (a broad notApplied such as statusCode >= 400 would otherwise allow a re-send).
+		return httpexec.Result{Err: errors.New("the post-check's OAuth2 access token was refused (401); a new one is fetched for the next check"),
+			ErrorClass: httpexec.ClassTokenUnavailable}, red
+	}
 	return res, red
 }
 

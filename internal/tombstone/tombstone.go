@@ -67,18 +67,33 @@ func NeedsWrite(cur, next *actionsv1alpha1.ActionTombstoneSpec, writer types.UID
 type Chain struct {
 	Primary  Store
 	Fallback Store
+	// Now reads the clock that decides whether Primary's record is past its expiresAt (nil: time.Now).
+	Now func() time.Time
 }
 
 // Name is the primary store's name.
 func (c Chain) Name() string { return c.Primary.Name() }
 
-// Lookup asks Primary, then Fallback; an error from either is an unknown answer.
+// Lookup asks Primary, then Fallback when Primary has no record or only one past its expiresAt (not yet
+// swept: it binds nothing, while an older Fallback record may still bind the key); an error from either is an
+// unknown answer. Primary's expired record is returned when Fallback has none.
 func (c Chain) Lookup(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (*Record, error) {
 	rec, err := c.Primary.Lookup(ctx, xa)
-	if err != nil || rec != nil || c.Fallback == nil {
+	if err != nil || c.Fallback == nil {
 		return rec, err
 	}
-	return c.Fallback.Lookup(ctx, xa)
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	if rec != nil && !rec.Spec.ExpiresAt.Time.Before(now()) {
+		return rec, nil
+	}
+	old, err := c.Fallback.Lookup(ctx, xa)
+	if err != nil || old != nil {
+		return old, err
+	}
+	return rec, nil
 }
 
 // Write writes to Primary.

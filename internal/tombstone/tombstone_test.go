@@ -64,6 +64,8 @@ func (f *fake) Expire(context.Context, time.Time, int) (int, error) { f.n++; ret
 // Chain asks the fallback only when the primary answered "absent"; an unanswered primary is unknown.
 func TestChain(t *testing.T) {
 	hit := &Record{Name: "old"}
+	live := &Record{Name: "new", Spec: actionsv1alpha1.ActionTombstoneSpec{ExpiresAt: metav1.NewTime(time.Now().Add(time.Hour))}}
+	expired := &Record{Name: "expired", Spec: actionsv1alpha1.ActionTombstoneSpec{ExpiresAt: metav1.NewTime(time.Now().Add(-time.Minute))}}
 	for _, c := range []struct {
 		name     string
 		primary  *fake
@@ -72,7 +74,9 @@ func TestChain(t *testing.T) {
 		wantErr  bool
 		asked    int
 	}{
-		{"primary has it", &fake{rec: &Record{Name: "new"}}, &fake{rec: hit}, &Record{Name: "new"}, false, 0},
+		{"primary has it", &fake{rec: live}, &fake{rec: hit}, live, false, 0},
+		{"primary's is expired, fallback has one", &fake{rec: expired}, &fake{rec: hit}, hit, false, 1},
+		{"primary's is expired, fallback has none", &fake{rec: expired}, &fake{}, expired, false, 1},
 		{"fallback has it", &fake{}, &fake{rec: hit}, hit, false, 1},
 		{"neither", &fake{}, &fake{}, nil, false, 1},
 		{"primary down", &fake{err: errors.New("down")}, &fake{rec: hit}, nil, true, 0},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -152,6 +153,45 @@ func TestOutcomeRecordedAfterMoveDuringSend(t *testing.T) {
 	got := env.WaitPhase(t, ns, "moving", actionsv1alpha1.PhaseSucceeded, 20*time.Second)
 	if got.Labels[shard.LabelKey] != "shard2" || got.Status.Attempts != 1 || rec.count() != 1 {
 		t.Errorf("label %q, attempts %d, requests %d: want shard2, 1, 1", got.Labels[shard.LabelKey], got.Status.Attempts, rec.count())
+	}
+}
+
+// An action with spec.outputs relabeled out of its shard while its attempt is in flight: the shard that sent it
+// holds the output values, records the outcome and writes the outputs on the live object, although the action
+// is no longer in its cache and no manager watches its new shard; it never ends OutputLost.
+func TestOutputsWrittenAfterMoveDuringSend(t *testing.T) {
+	ns, leases := env.Namespace(t), env.Namespace(t)
+	rec, url := newRecorder(t, time.Second)
+	env.CreateDestination(t, ns, "slow", url, nil)
+	env.StartManager(t, shardOptions("shard1", leases))
+	xa := envtestutil.Action(ns, "moving-out", "slow", "/orders", `{"n":1}`)
+	xa.Labels = map[string]string{shard.LabelKey: "shard1"}
+	xa.Spec.Outputs = &actionsv1alpha1.ActionOutputs{SecretName: "moving-out",
+		Values: map[string]actionsv1alpha1.OutputExpression{"ok": "response.body.ok"}}
+	env.Create(t, xa)
+	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("the request at the destination"), func() bool {
+		return rec.count() == 1
+	})
+	patch := []byte(`{"metadata":{"labels":{"` + shard.LabelKey + `":"shard2"}}}`)
+	if err := env.Client.Patch(context.Background(), xa, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatalf("relabeling: %v", err)
+	}
+	got := &actionsv1alpha1.ExternalAction{}
+	envtestutil.Eventually(t, 20*time.Second, envtestutil.Say("status.outputs recorded"), func() bool {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(xa), got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Status.Outputs != nil
+	})
+	if got.Status.Outputs.Reason != actionsv1alpha1.ReasonOutputsWritten || rec.count() != 1 {
+		t.Fatalf("outputs %+v after %d requests: want OutputsWritten after 1", got.Status.Outputs, rec.count())
+	}
+	sec := &corev1.Secret{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "moving-out"}, sec); err != nil {
+		t.Fatalf("the output Secret: %v", err)
+	}
+	if string(sec.Data["ok"]) != "true" {
+		t.Errorf("output Secret data %v, want ok=true", sec.Data)
 	}
 }
 
