@@ -89,8 +89,9 @@ func run() int {
 			"what is still open then is left claimed (DESIGN rule 3 after a restart). Keep it below the pod's "+
 			"terminationGracePeriodSeconds minus 10s.")
 	flag.StringVar(&watchSelector, "watch-label-selector", "", "Run as one shard: watch and send only the "+
-		"ExternalActions matching this label selector, e.g. 'sharding.actionledger.dev/key in (shard1)' (the "+
-		"default shard: '!sharding.actionledger.dev/key'). Each shard elects its own leader and shares every "+
+		"ExternalActions matching this label selector, e.g. 'sharding.actionledger.dev/key in (shard2)' (the "+
+		"shard that also takes unlabeled actions: 'sharding.actionledger.dev/key notin (shard2)'; every action "+
+		"must match exactly one shard). Each shard elects its own leader and shares every "+
 		"destination's limits with the other shards (docs/sharding.md). Empty: one manager for everything.")
 	flag.StringVar(&leaderElectionID, "leader-election-id", "", "Name of the leader election Lease (default "+
 		app.DefaultLeaderElectionID+", plus a hash of --watch-label-selector when set).")
