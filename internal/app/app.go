@@ -256,6 +256,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if !ok {
 		tokenExec = httpexec.New(httpexec.WithEgressPolicy(policy))
 	}
+	// One token cache: the senders take tokens from it, the destination validator forgets a deleted destination's.
+	tokens := httpexec.NewTokenCache(tokenExec.TokenClient)
 	holder := o.Holder
 	if holder == "" {
 		holder = NewHolder()
@@ -287,7 +289,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Recorder:                  mgr.GetEventRecorder("actionledger"),
 		Clock:                     clk,
 		Executor:                  exec,
-		Tokens:                    httpexec.NewTokenCache(tokenExec.TokenClient),
+		Tokens:                    tokens,
 		Limiter:                   limiter.NewRegistry(),
 		Exprs:                     expr.NewCache(expr.DefaultCacheSize),
 		Holder:                    holder,
@@ -309,7 +311,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		if err := (&controller.DestinationReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ControllerNamespace: o.ControllerNamespace,
 			Exprs: expr.NewCache(64), Egress: policy, Cluster: cluster, InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
-			SkipNameValidation: o.SkipNameValidation,
+			SkipNameValidation: o.SkipNameValidation, Tokens: tokens,
 		}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the destination validator: %w", err)
 		}

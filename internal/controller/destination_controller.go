@@ -18,6 +18,7 @@ import (
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
+	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/metrics"
 )
 
@@ -59,6 +60,8 @@ type DestinationReconciler struct {
 	InsecureSkipVerifyAllowed bool
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
+	// Tokens is the senders' OAuth2 token cache; a deleted destination's entry is dropped from it (nil: none).
+	Tokens *httpexec.TokenCache
 }
 
 // Reconcile validates one destination and writes its Ready condition when it changes.
@@ -79,6 +82,9 @@ func (r *DestinationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if apierrors.IsNotFound(err) {
 			// Deleted: its metric series go too, so a deleted tenant's destination does not stay in every scrape.
 			metrics.ForgetDestination(id)
+			if r.Tokens != nil {
+				r.Tokens.Forget(id) // and its cached token, which nothing would ever use again
+			}
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err

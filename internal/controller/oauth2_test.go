@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
 	"github.com/actionledger/actionledger/internal/controller"
+	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
@@ -460,4 +462,31 @@ func TestOAuth2RefusedTokenPostCheckIsInconclusive(t *testing.T) {
 			posts.Load(), applied.Load(), checks.Load(), envtestutil.JSON(xa.Status))
 	}
 	assertNoToken(t, dumpOf(t, ns, "pay"), te.tokens())
+}
+
+// A deleted Destination's cached token source is dropped by the destination validator (it would never be used
+// again: a re-created Destination of the same name fetches its own token); a live one's stays.
+func TestDeletedDestinationForgetsItsToken(t *testing.T) {
+	te := newTokenEndpoint(t)
+	ns := env.Namespace(t)
+	loopback := egress.New(egress.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	tokens := httpexec.NewTokenCache(httpexec.New(httpexec.WithEgressPolicy(loopback)).TokenClient)
+	cc := httpexec.ClientCredentials{TokenURL: te.URL + "/oauth2/token", ClientID: oauthClientID, ClientSecret: oauthClientSecret,
+		Scopes: []string{"orders:write"}}
+	live, gone := "Destination/"+ns+"/live", "Destination/"+ns+"/gone"
+	for _, owner := range []string{live, gone} {
+		if _, err := tokens.Token(context.Background(), owner, cc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env.CreateDestination(t, ns, "live", te.URL, nil)
+	r := &controller.DestinationReconciler{Client: env.Client, APIReader: env.Client, Exprs: expr.NewCache(8), Tokens: tokens}
+	for _, name := range []string{"live", "gone"} {
+		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}}); err != nil {
+			t.Fatalf("reconciling %s: %v", name, err)
+		}
+	}
+	if tokens.Cached(gone) || !tokens.Cached(live) {
+		t.Errorf("after the reconciles: gone cached %v (want false), live cached %v (want true)", tokens.Cached(gone), tokens.Cached(live))
+	}
 }

@@ -197,6 +197,14 @@ func (c *TokenCache) Invalidate(owner, token string) {
 	}
 }
 
+// Cached reports whether owner has an entry (a token source, with or without a token yet).
+func (c *TokenCache) Cached(owner string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.entries[owner]
+	return ok
+}
+
 // Forget drops owner's entry (the destination is gone).
 func (c *TokenCache) Forget(owner string) {
 	c.mu.Lock()
