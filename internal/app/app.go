@@ -262,15 +262,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if holder == "" {
 		holder = NewHolder()
 	}
-	if tombstones != nil {
-		tombstones.Reader = mgr.GetAPIReader()
-		xaInformer, err := mgr.GetCache().GetInformer(context.Background(), &actionsv1alpha1.ExternalAction{})
-		if err != nil {
-			return nil, fmt.Errorf("getting the ExternalAction informer: %w", err)
-		}
-		if _, err := xaInformer.AddEventHandler(tombstones.Handler()); err != nil {
-			return nil, fmt.Errorf("adding the tombstone index's event handler: %w", err)
-		}
+	if err := feedTombstoneIndex(mgr, tombstones); err != nil {
+		return nil, err
 	}
 	var shards *shard.Membership
 	if watchSelector != nil {
@@ -346,4 +339,21 @@ func cacheByObject(watchSelector labels.Selector) map[client.Object]cache.ByObje
 	// Secrets and ConfigMaps: only the metadata of the objects written for spec.outputs.
 	maps.Copy(by, controller.OutputCacheOptions())
 	return by
+}
+
+// feedTombstoneIndex gives the tombstone index (nil: none, a shard) its live reader and the ExternalAction
+// informer's events (the deletions it must see).
+func feedTombstoneIndex(mgr ctrl.Manager, tombstones *controller.TombstoneIndex) error {
+	if tombstones == nil {
+		return nil
+	}
+	tombstones.Reader = mgr.GetAPIReader()
+	xaInformer, err := mgr.GetCache().GetInformer(context.Background(), &actionsv1alpha1.ExternalAction{})
+	if err != nil {
+		return fmt.Errorf("getting the ExternalAction informer: %w", err)
+	}
+	if _, err := xaInformer.AddEventHandler(tombstones.Handler()); err != nil {
+		return fmt.Errorf("adding the tombstone index's event handler: %w", err)
+	}
+	return nil
 }

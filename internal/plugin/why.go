@@ -137,14 +137,8 @@ func Explain(xa *actionsv1alpha1.ExternalAction, dest *DestinationState, now tim
 			explainSubject(say, xa, reason, message)
 		case reason == actionsv1alpha1.ReasonOutputConflict:
 			say("Nothing is sent: %s.", strings.TrimSuffix(message, "."))
-		case st.Claim != nil && now.Before(st.Claim.ExpiresAt.Time):
-			say("Attempt %d was sent at %s by %s and its outcome is not recorded yet; the claim expires at %s (%s).",
-				st.Claim.Attempt, stamp(st.Claim.StartedAt.Time), st.Claim.Holder, stamp(st.Claim.ExpiresAt.Time), until(now, st.Claim.ExpiresAt.Time))
-			say("Nothing to do: wait.")
 		case st.Claim != nil:
-			say("Attempt %d was sent at %s and its claim expired at %s without a recorded outcome.", st.Claim.Attempt,
-				stamp(st.Claim.StartedAt.Time), stamp(st.Claim.ExpiresAt.Time))
-			say("The controller settles it: it re-sends only when repeating is safe, asks the destination's post-check if there is one, and otherwise stops in OutcomeUnknown. If this stays, check that the manager is running.")
+			explainClaim(say, st.Claim, now)
 		default:
 			lastError("Last error")
 			if st.NextAttemptAt != nil {
@@ -327,4 +321,18 @@ func explainSubject(say func(string, ...any), xa *actionsv1alpha1.ExternalAction
 		return
 	}
 	say("It goes once %s finishes, is resolved or is deleted. Nothing to do: wait.", other)
+}
+
+// explainClaim says what an open claim means: a send whose outcome is not recorded yet, or (past its expiry)
+// an attempt the controller must settle.
+func explainClaim(say func(string, ...any), c *actionsv1alpha1.AttemptClaim, now time.Time) {
+	if now.Before(c.ExpiresAt.Time) {
+		say("Attempt %d was sent at %s by %s and its outcome is not recorded yet; the claim expires at %s (%s).",
+			c.Attempt, stamp(c.StartedAt.Time), c.Holder, stamp(c.ExpiresAt.Time), until(now, c.ExpiresAt.Time))
+		say("Nothing to do: wait.")
+		return
+	}
+	say("Attempt %d was sent at %s and its claim expired at %s without a recorded outcome.", c.Attempt,
+		stamp(c.StartedAt.Time), stamp(c.ExpiresAt.Time))
+	say("The controller settles it: it re-sends only when repeating is safe, asks the destination's post-check if there is one, and otherwise stops in OutcomeUnknown. If this stays, check that the manager is running.")
 }

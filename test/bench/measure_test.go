@@ -318,8 +318,8 @@ func label(line, name string) string {
 	if i < 0 {
 		return ""
 	}
-	rest := line[i+len(name)+2:]
-	return rest[:strings.Index(rest, `"`)]
+	tail := line[i+len(name)+2:]
+	return tail[:strings.Index(tail, `"`)]
 }
 
 // percentiles returns p50/p95/p99 of ms.
