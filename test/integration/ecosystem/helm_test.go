@@ -14,11 +14,13 @@ import (
 	"sync"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -418,4 +420,35 @@ func TestHelmChartRendersAlerts(t *testing.T) {
 	if n := len(rules(helmTemplate(t))); n != 0 {
 		t.Errorf("the default values render %d PrometheusRules, want 0", n)
 	}
+}
+
+// config/samples/tombstone-postgres/helm-values.yaml turns the chart's manager to the PostgreSQL tombstone
+// store as the kustomize component does: both flags, with the DSN file on the read-only mount of Secret
+// actionledger-tombstone-store, and leader election kept; the render dry-run applies.
+func TestHelmValuesForPostgresTombstones(t *testing.T) {
+	objs := helmTemplate(t, "-f", filepath.Join(envtestutil.RepoRoot(), "config", "samples", "tombstone-postgres", "helm-values.yaml"))
+	d := find(objs, "Deployment", managerSA)
+	if d == nil {
+		t.Fatalf("no Deployment %s in the render: %v", managerSA, keys(objs))
+	}
+	var dep appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object, &dep); err != nil {
+		t.Fatal(err)
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	for _, want := range []string{"--leader-elect=true", "--tombstone-store=postgres", "--tombstone-store-dsn-file=/etc/actionledger/tombstone-store/dsn"} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("manager args %v lack %s", c.Args, want)
+		}
+	}
+	mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "tombstone-store" && m.ReadOnly && m.MountPath == "/etc/actionledger/tombstone-store"
+	})
+	secret := slices.ContainsFunc(dep.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "tombstone-store" && v.Secret != nil && v.Secret.SecretName == "actionledger-tombstone-store"
+	})
+	if !mounted || !secret {
+		t.Errorf("the DSN Secret is not mounted read-only: mounts %v, volumes %v", c.VolumeMounts, dep.Spec.Template.Spec.Volumes)
+	}
+	dryRunApply(t, objs)
 }
