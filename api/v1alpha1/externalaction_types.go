@@ -218,7 +218,7 @@ type AttemptRecord struct {
 	// statusCode is the HTTP status code, when a response arrived.
 	// +optional
 	StatusCode int32 `json:"statusCode,omitempty"`
-	// errorClass is the class of the transport failure, when no response arrived: for example DNS, Dial, TLSHandshake, Timeout, ConnectionReset, EgressDenied, or TokenUnavailable (the OAuth2 token endpoint gave no token, so nothing was sent).
+	// errorClass is the class of the transport failure, when no response arrived: for example DNS, Dial, TLSHandshake, Timeout, ConnectionReset, EgressDenied, TokenUnavailable (the OAuth2 token endpoint gave no token, so nothing was sent) or SigningFailed (the request could not be signed, so nothing was sent).
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	ErrorClass string `json:"errorClass,omitempty"`

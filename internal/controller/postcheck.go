@@ -110,7 +110,7 @@ func (r *ExternalActionReconciler) askCheck(ctx context.Context, dest *resolvedD
 	}
 	red, token, err := r.authorize(ctx, dest, h, nil, idemKey)
 	if err != nil {
-		return httpexec.Result{Err: err, ErrorClass: httpexec.ClassTokenUnavailable}, red
+		return httpexec.Result{Err: err, ErrorClass: authorizeClass(err)}, red
 	}
 	res := r.Executor.Execute(ctx, httpexec.Request{Method: m, URL: target, Header: h, Timeout: timeout, TLS: dest.TLS},
 		keepBytes(red))

@@ -67,7 +67,7 @@ func (r *ExternalActionReconciler) send(ctx context.Context, xa *actionsv1alpha1
 	red, token, err := r.authorize(ctx, dest, h, body, xa.Status.IdempotencyKey)
 	if err != nil {
 		// Nothing was sent to the destination: retried within the policy like a refused dial.
-		return notSent(r.Clock.Now(), string(httpexec.ClassTokenUnavailable), red.String(err.Error())+"; nothing was sent")
+		return notSent(r.Clock.Now(), string(authorizeClass(err)), red.String(err.Error())+"; nothing was sent")
 	}
 	keep := keepBytes(red)
 	if xa.Spec.Outputs != nil {
@@ -107,7 +107,7 @@ func (r *ExternalActionReconciler) authorize(ctx context.Context, dest *resolved
 	}
 	if dest.Signer != nil {
 		if err := dest.Signer.Sign(h, key, body, r.Clock.Now()); err != nil {
-			return red, token, err
+			return red, token, &signingError{err: err}
 		}
 	}
 	return red, token, nil
@@ -221,4 +221,19 @@ func responseRecord(resp *httpexec.Response, red *redactor) *actionsv1alpha1.Res
 		}
 	}
 	return rec
+}
+
+// signingError: spec.signing could not sign the request (authorize); nothing was sent.
+type signingError struct{ err error }
+
+func (e *signingError) Error() string { return e.err.Error() }
+func (e *signingError) Unwrap() error { return e.err }
+
+// authorizeClass is the errorClass of an authorize failure: SigningFailed for the signature, else
+// TokenUnavailable (no OAuth2 access token).
+func authorizeClass(err error) httpexec.ErrorClass {
+	if _, ok := errors.AsType[*signingError](err); ok {
+		return httpexec.ClassSigningFailed
+	}
+	return httpexec.ClassTokenUnavailable
 }

@@ -175,6 +175,9 @@ const (
 	// ClassTokenUnavailable: no OAuth2 access token could be obtained from the token endpoint (TokenCache);
 	// nothing was sent to the destination, so it is retried like a dial error.
 	ClassTokenUnavailable ErrorClass = "TokenUnavailable"
+	// ClassSigningFailed: the request could not be signed (spec.signing); nothing was sent, so it is retried
+	// like a dial error.
+	ClassSigningFailed ErrorClass = "SigningFailed"
 	// ClassOther: anything else, including invalid requests and TLS options.
 	ClassOther ErrorClass = "Other"
 )
