@@ -99,19 +99,9 @@ var env = sync.OnceValues(func() (*cel.Env, error) {
 //
 //	ERROR: <input>:1:21: Syntax error: mismatched input ...
 func Compile(src string) (*Program, error) {
-	if strings.TrimSpace(src) == "" {
-		return nil, errors.New("expression is empty")
-	}
-	if len(src) > MaxSourceLength {
-		return nil, fmt.Errorf("expression is too long: %d bytes, limit %d", len(src), MaxSourceLength)
-	}
-	e, err := env()
+	e, ast, err := parse(src)
 	if err != nil {
-		return nil, fmt.Errorf("creating CEL environment: %w", err)
-	}
-	ast, iss := e.Compile(src)
-	if iss.Err() != nil {
-		return nil, fmt.Errorf("invalid expression: %w", iss.Err())
+		return nil, err
 	}
 	switch t := ast.OutputType(); t.Kind() {
 	case types.BoolKind, types.DynKind:
@@ -237,19 +227,9 @@ func (p *ValueProgram) Source() string { return p.src }
 // CompileValue parses and type-checks src, an expression of any type over the same response variable as
 // Compile. Errors are meant for users, as Compile's are.
 func CompileValue(src string) (*ValueProgram, error) {
-	if strings.TrimSpace(src) == "" {
-		return nil, errors.New("expression is empty")
-	}
-	if len(src) > MaxSourceLength {
-		return nil, fmt.Errorf("expression is too long: %d bytes, limit %d", len(src), MaxSourceLength)
-	}
-	e, err := env()
+	e, ast, err := parse(src)
 	if err != nil {
-		return nil, fmt.Errorf("creating CEL environment: %w", err)
-	}
-	ast, iss := e.Compile(src)
-	if iss.Err() != nil {
-		return nil, fmt.Errorf("invalid expression: %w", iss.Err())
+		return nil, err
 	}
 	prg, err := e.Program(ast, cel.CostLimit(CostLimit), cel.InterruptCheckFrequency(interruptCheckFrequency))
 	if err != nil {
@@ -306,4 +286,24 @@ func (p *ValueProgram) EvalString(ctx context.Context, r Response) (s string, er
 // DefaultSuccess reports the default success rule: 200 <= code <= 299.
 func DefaultSuccess(code int) bool {
 	return code >= 200 && code <= 299
+}
+
+// parse checks src's size and compiles it (parse and type-check) in the shared environment; errors are
+// meant for users (an empty or too long expression, or the CEL message with line:column).
+func parse(src string) (*cel.Env, *cel.Ast, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, nil, errors.New("expression is empty")
+	}
+	if len(src) > MaxSourceLength {
+		return nil, nil, fmt.Errorf("expression is too long: %d bytes, limit %d", len(src), MaxSourceLength)
+	}
+	e, err := env()
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating CEL environment: %w", err)
+	}
+	ast, iss := e.Compile(src)
+	if iss.Err() != nil {
+		return nil, nil, fmt.Errorf("invalid expression: %w", iss.Err())
+	}
+	return e, ast, nil
 }

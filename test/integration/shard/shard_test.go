@@ -136,38 +136,27 @@ func TestShardsShareMaxInFlight(t *testing.T) {
 // shard that sent it (read live: it is no longer in that shard's cache), although no manager watches its new
 // shard: the claim is not left open for another shard to treat as uncertain.
 func TestOutcomeRecordedAfterMoveDuringSend(t *testing.T) {
-	ns, leases := env.Namespace(t), env.Namespace(t)
-	rec, url := newRecorder(t, time.Second)
-	env.CreateDestination(t, ns, "slow", url, nil)
-	env.StartManager(t, shardOptions("shard1", leases))
-	xa := envtestutil.Action(ns, "moving", "slow", "/orders", `{"n":1}`)
-	xa.Labels = map[string]string{shard.LabelKey: "shard1"}
-	env.Create(t, xa)
-	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("the request at the destination"), func() bool {
-		return rec.count() == 1
-	})
-	patch := []byte(`{"metadata":{"labels":{"` + shard.LabelKey + `":"shard2"}}}`)
-	if err := env.Client.Patch(context.Background(), xa, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		t.Fatalf("relabeling: %v", err)
-	}
+	ns, rec, _ := moveDuringSend(t, "moving", nil)
 	got := env.WaitPhase(t, ns, "moving", actionsv1alpha1.PhaseSucceeded, 20*time.Second)
 	if got.Labels[shard.LabelKey] != "shard2" || got.Status.Attempts != 1 || rec.count() != 1 {
 		t.Errorf("label %q, attempts %d, requests %d: want shard2, 1, 1", got.Labels[shard.LabelKey], got.Status.Attempts, rec.count())
 	}
 }
 
-// An action with spec.outputs relabeled out of its shard while its attempt is in flight: the shard that sent it
-// holds the output values, records the outcome and writes the outputs on the live object, although the action
-// is no longer in its cache and no manager watches its new shard; it never ends OutputLost.
-func TestOutputsWrittenAfterMoveDuringSend(t *testing.T) {
+// moveDuringSend starts a shard1 manager, creates action name (changed by edit) for shard1 on a destination
+// that holds each request for 1 s, and relabels it to shard2 (which no manager watches) while its request is
+// at the destination.
+func moveDuringSend(t *testing.T, name string, edit func(*actionsv1alpha1.ExternalAction)) (string, *recorder, *actionsv1alpha1.ExternalAction) {
+	t.Helper()
 	ns, leases := env.Namespace(t), env.Namespace(t)
 	rec, url := newRecorder(t, time.Second)
 	env.CreateDestination(t, ns, "slow", url, nil)
 	env.StartManager(t, shardOptions("shard1", leases))
-	xa := envtestutil.Action(ns, "moving-out", "slow", "/orders", `{"n":1}`)
+	xa := envtestutil.Action(ns, name, "slow", "/orders", `{"n":1}`)
 	xa.Labels = map[string]string{shard.LabelKey: "shard1"}
-	xa.Spec.Outputs = &actionsv1alpha1.ActionOutputs{SecretName: "moving-out",
-		Values: map[string]actionsv1alpha1.OutputExpression{"ok": "response.body.ok"}}
+	if edit != nil {
+		edit(xa)
+	}
 	env.Create(t, xa)
 	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("the request at the destination"), func() bool {
 		return rec.count() == 1
@@ -176,6 +165,17 @@ func TestOutputsWrittenAfterMoveDuringSend(t *testing.T) {
 	if err := env.Client.Patch(context.Background(), xa, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatalf("relabeling: %v", err)
 	}
+	return ns, rec, xa
+}
+
+// An action with spec.outputs relabeled out of its shard while its attempt is in flight: the shard that sent it
+// holds the output values, records the outcome and writes the outputs on the live object, although the action
+// is no longer in its cache and no manager watches its new shard; it never ends OutputLost.
+func TestOutputsWrittenAfterMoveDuringSend(t *testing.T) {
+	ns, rec, xa := moveDuringSend(t, "moving-out", func(xa *actionsv1alpha1.ExternalAction) {
+		xa.Spec.Outputs = &actionsv1alpha1.ActionOutputs{SecretName: "moving-out",
+			Values: map[string]actionsv1alpha1.OutputExpression{"ok": "response.body.ok"}}
+	})
 	got := &actionsv1alpha1.ExternalAction{}
 	envtestutil.Eventually(t, 20*time.Second, envtestutil.Say("status.outputs recorded"), func() bool {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(xa), got); err != nil {
