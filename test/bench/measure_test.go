@@ -126,6 +126,53 @@ func (w *watcher) waitAll(t *testing.T, n int, timeout time.Duration) map[string
 // 2,000 objects, the ~200 objects/s every run read before.
 const rawClientQPS, rawClientBurst = 5000, 10000
 
+// rawStatuses returns the two statuses the raw baseline writes for xa: the claim and the outcome. By default
+// the minimal ones (phase, attempts and claim; then phase and a small response). With BENCH_RAW_STATUS=real
+// they are shaped like the manager's own: the outcome is the status of an action the manager just finished
+// on this control plane (conditions, attempt history, times, response), the claim the same status with an
+// open claim and phase InProgress, so that the baseline writes the same bytes and only the manager's work
+// between the writes differs.
+func rawStatuses(t *testing.T, e *envtestutil.Env) (claimed, done func(*actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus) {
+	t.Helper()
+	if os.Getenv("BENCH_RAW_STATUS") != "real" {
+		return func(*actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
+				now := metav1.Now()
+				return &actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseInProgress, Attempts: 1,
+					Claim: &actionsv1alpha1.AttemptClaim{Attempt: 1, Holder: "raw", StartedAt: now, ExpiresAt: now}}
+			}, func(*actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
+				return &actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseSucceeded, Attempts: 1,
+					Response: &actionsv1alpha1.ResponseRecord{StatusCode: 201, Body: `{"id":"x"}`, BodySHA256: "sha256:0"}}
+			}
+	}
+	var list actionsv1alpha1.ExternalActionList
+	if err := e.Client.List(context.Background(), &list, client.Limit(50)); err != nil {
+		t.Fatalf("listing a finished action for BENCH_RAW_STATUS=real: %v", err)
+	}
+	var tmpl *actionsv1alpha1.ExternalActionStatus
+	for i := range list.Items {
+		if st := &list.Items[i].Status; st.Phase == actionsv1alpha1.PhaseSucceeded && len(st.AttemptHistory) > 0 {
+			tmpl = st
+			break
+		}
+	}
+	if tmpl == nil {
+		t.Fatal("BENCH_RAW_STATUS=real: no Succeeded action with an attempt history on this control plane")
+	}
+	t.Logf("raw baseline writes the manager's status shape (BENCH_RAW_STATUS=real): %d bytes of status", len(envtestutil.JSON(tmpl)))
+	keyed := func(xa *actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
+		st := tmpl.DeepCopy()
+		st.IdempotencyKey = xa.Namespace + "/" + xa.Name
+		return st
+	}
+	return func(xa *actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
+		st := keyed(xa)
+		now := metav1.Now()
+		st.Phase, st.Response, st.CompletedAt, st.ExpiresAt = actionsv1alpha1.PhaseInProgress, nil, nil, nil
+		st.Claim = &actionsv1alpha1.AttemptClaim{Attempt: 1, Holder: "raw", StartedAt: now, ExpiresAt: now}
+		return st
+	}, keyed
+}
+
 // rawWriteRate is the limit: a bare client doing exactly the writes one action needs (create, status claim,
 // status outcome) for n objects with conc workers, with no manager running, at the manager's client rate
 // limit (rawClientQPS), while the same observer watch as in the manager's runs (watchSucceeded) is open:
@@ -141,6 +188,7 @@ func rawWriteRate(t *testing.T, e *envtestutil.Env, n, conc int) (float64, CPU) 
 	}
 	observer := watchSucceeded(t, e, ns)
 	defer observer.cancel()
+	claimed, done := rawStatuses(t, e)
 	meter := newCPUMeter(e, 0)
 	cpu0 := meter.read()
 	ctx := context.Background()
@@ -159,16 +207,12 @@ func rawWriteRate(t *testing.T, e *envtestutil.Env, n, conc int) (float64, CPU) 
 					t.Errorf("raw create: %v", err)
 					return
 				}
-				now := metav1.Now()
-				xa.Status = actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseInProgress, Attempts: 1,
-					Claim: &actionsv1alpha1.AttemptClaim{Attempt: 1, Holder: "raw", StartedAt: now, ExpiresAt: now}}
+				xa.Status = *claimed(xa)
 				if err := c.Status().Update(ctx, xa); err != nil {
 					t.Errorf("raw claim: %v", err)
 					return
 				}
-				xa.Status.Claim = nil
-				xa.Status.Phase = actionsv1alpha1.PhaseSucceeded
-				xa.Status.Response = &actionsv1alpha1.ResponseRecord{StatusCode: 201, Body: `{"id":"x"}`, BodySHA256: "sha256:0"}
+				xa.Status = *done(xa)
 				if err := c.Status().Update(ctx, xa); err != nil {
 					t.Errorf("raw outcome: %v", err)
 					return
