@@ -33,7 +33,9 @@ import (
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
+	"github.com/actionledger/actionledger/internal/outputs"
 	"github.com/actionledger/actionledger/internal/shard"
+	"github.com/actionledger/actionledger/internal/tombstone/objects"
 	"github.com/actionledger/actionledger/internal/tombstone/postgres"
 )
 
@@ -202,9 +204,9 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	// The tombstone index learns of every (re)list of the ExternalAction informer through its ListerWatcher.
 	// A shard does without it: its informer sees only its own shard's deletions, so it cannot prove that a key
 	// deleted in another shard left no tombstone; tombstones are global and every first send reads one live.
-	var tombstones *controller.TombstoneIndex
+	var tombstones *objects.Index
 	if watchSelector == nil {
-		tombstones = controller.NewTombstoneIndex(nil)
+		tombstones = objects.NewIndex(nil)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme,
@@ -276,27 +278,29 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	if err := (&controller.ExternalActionReconciler{
-		Client:                    controller.GuardTrimmed(mgr.GetClient()),
-		APIReader:                 mgr.GetAPIReader(),
-		Scheme:                    mgr.GetScheme(),
-		Recorder:                  mgr.GetEventRecorder("actionledger"),
-		Clock:                     clk,
-		Executor:                  exec,
-		Tokens:                    tokens,
-		Limiter:                   limiter.NewRegistry(),
-		Exprs:                     expr.NewCache(expr.DefaultCacheSize),
-		Holder:                    holder,
-		ControllerNamespace:       o.ControllerNamespace,
-		ClaimMargin:               o.ClaimMargin,
-		MaxConcurrentReconciles:   o.MaxConcurrentReconciles,
-		MaxInFlight:               o.MaxInFlight,
-		ShutdownGrace:             grace,
-		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
-		AllEvents:                 o.AllEvents,
-		SkipNameValidation:        o.SkipNameValidation,
-		Tombstones:                tombstones,
-		TombstoneStore:            store,
-		Shards:                    shards,
+		Client:    controller.GuardTrimmed(mgr.GetClient()),
+		APIReader: mgr.GetAPIReader(),
+		Scheme:    mgr.GetScheme(),
+		Recorder:  mgr.GetEventRecorder("actionledger"),
+		Clock:     clk,
+		Executor:  exec,
+		Limiter:   limiter.NewRegistry(),
+		Exprs:     expr.NewCache(expr.DefaultCacheSize),
+		Options: controller.Options{
+			Holder:                    holder,
+			ControllerNamespace:       o.ControllerNamespace,
+			ClaimMargin:               o.ClaimMargin,
+			MaxConcurrentReconciles:   o.MaxConcurrentReconciles,
+			MaxInFlight:               o.MaxInFlight,
+			ShutdownGrace:             grace,
+			InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
+			AllEvents:                 o.AllEvents,
+			SkipNameValidation:        o.SkipNameValidation,
+			Tombstones:                tombstones,
+			TombstoneStore:            store,
+			Tokens:                    tokens,
+			Shards:                    shards,
+		},
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the ExternalAction controller: %w", err)
 	}
@@ -337,13 +341,13 @@ func cacheByObject(watchSelector labels.Selector) map[client.Object]cache.ByObje
 		&actionsv1alpha1.ExternalAction{}: {Transform: controller.TrimFinished, Label: watchSelector},
 	}
 	// Secrets and ConfigMaps: only the metadata of the objects written for spec.outputs.
-	maps.Copy(by, controller.OutputCacheOptions())
+	maps.Copy(by, outputs.CacheOptions())
 	return by
 }
 
 // feedTombstoneIndex gives the tombstone index (nil: none, a shard) its live reader and the ExternalAction
 // informer's events (the deletions it must see).
-func feedTombstoneIndex(mgr ctrl.Manager, tombstones *controller.TombstoneIndex) error {
+func feedTombstoneIndex(mgr ctrl.Manager, tombstones *objects.Index) error {
 	if tombstones == nil {
 		return nil
 	}

@@ -8,17 +8,17 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/actionledger/actionledger/internal/controller"
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/tombstone"
+	"github.com/actionledger/actionledger/internal/tombstone/objects"
 	"github.com/actionledger/actionledger/internal/tombstone/postgres"
 )
 
 // newTombstoneStore builds the store of o.TombstoneStore. For postgres it adds the store's Runnables to mgr
 // (migrations and health on every replica, expiry on the leader) and chains the ActionTombstone objects behind
 // it, so that tombstones written before a switch to PostgreSQL are honoured until they expire.
-func newTombstoneStore(mgr ctrl.Manager, o Options, index *controller.TombstoneIndex, clk clock.Clock) (tombstone.Store, error) {
-	objects := &controller.ObjectStore{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Index: index}
+func newTombstoneStore(mgr ctrl.Manager, o Options, index *objects.Index, clk clock.Clock) (tombstone.Store, error) {
+	objects := &objects.Store{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Index: index}
 	switch o.TombstoneStore {
 	case "", tombstone.StoreObjects:
 		metrics.InitTombstoneStore(tombstone.StoreObjects)

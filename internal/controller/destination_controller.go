@@ -13,9 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
@@ -103,7 +104,7 @@ func (r *DestinationReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 	}
 	if err != nil {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, destinationReason(err, "Invalid"), err.Error()
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, destination.Reason(err, "Invalid"), err.Error()
 	}
 	result := ctrl.Result{}
 	if recheck {
@@ -184,7 +185,7 @@ func (r *DestinationReconciler) checkEgress(ctx context.Context, field, host str
 }
 
 func (r *DestinationReconciler) validateRest(ctx context.Context, spec *actionsv1alpha1.DestinationSpec, secretNS, owner string) error {
-	if err := checkDestinationSpec(spec, owner, !r.Cluster, r.InsecureSkipVerifyAllowed); err != nil {
+	if err := destination.CheckSpec(spec, owner, !r.Cluster, r.InsecureSkipVerifyAllowed); err != nil {
 		return err
 	}
 	if rc := spec.Reconciliation; rc != nil {
@@ -194,21 +195,7 @@ func (r *DestinationReconciler) validateRest(ctx context.Context, spec *actionsv
 			}
 		}
 	}
-	sr := secretReader{reader: r.APIReader, ctx: ctx, allowed: secretNS, owner: owner}
-	if _, _, err := sr.authHeader(spec.Auth); err != nil {
-		return err
-	}
-	tlsOpts, err := sr.tlsOptions(spec.TLS)
-	if err != nil {
-		return err
-	}
-	if _, _, err := sr.oauth2(spec.Auth, tlsOpts); err != nil {
-		return err
-	}
-	if _, _, err := sr.signer(spec.Signing); err != nil {
-		return err
-	}
-	return nil
+	return destination.CheckSecrets(ctx, r.APIReader, spec, secretNS, owner)
 }
 
 func sameCondition(conds []metav1.Condition, c metav1.Condition) bool {
@@ -219,7 +206,7 @@ func sameCondition(conds []metav1.Condition, c metav1.Condition) bool {
 
 func kindOf(cluster bool) string {
 	if cluster {
-		return kindClusterDestination
+		return destination.KindClusterDestination
 	}
 	return "Destination"
 }
@@ -227,7 +214,7 @@ func kindOf(cluster bool) string {
 // SetupWithManager registers the validator for Destinations or ClusterDestinations.
 func (r *DestinationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
-		WithOptions(controller.Options{SkipNameValidation: &r.SkipNameValidation})
+		WithOptions(crcontroller.Options{SkipNameValidation: &r.SkipNameValidation})
 	if r.Cluster {
 		return b.For(&actionsv1alpha1.ClusterDestination{}).Named("clusterdestination").Complete(r)
 	}

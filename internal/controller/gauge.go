@@ -9,6 +9,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/metrics"
+	"github.com/actionledger/actionledger/internal/subject"
 )
 
 // PhaseField indexes ExternalActions in the cache by status.phase, so that the gauge reads only the
@@ -46,7 +47,7 @@ func (g *GaugeUpdater) Start(ctx context.Context) error {
 		} else {
 			metrics.OutcomeUnknown.Set(float64(len(list.Items)))
 		}
-		if err := updateSubjectGauges(ctx, g.Client, time.Now()); err != nil {
+		if err := subject.UpdateGauges(ctx, g.Client, time.Now()); err != nil {
 			log.FromContext(ctx).V(1).Info("counting actions waiting for a subject failed", "err", err.Error())
 		}
 		select {

@@ -19,6 +19,7 @@ import (
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/retry"
+	"github.com/actionledger/actionledger/internal/send"
 )
 
 type fakeRecorder struct{ *events.FakeRecorder }
@@ -50,7 +51,8 @@ func TestRecordLogsOutcomeAndPhaseChange(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(xa), cur); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.record(ctx, cur, 1, o, ledger.Env{Now: now, Generation: 1, Retention: time.Hour}); err != nil {
+	r.once.Do(r.build)
+	if _, err := r.record(ctx, cur, &send.Result{Attempt: 1, Outcome: o, Env: ledger.Env{Now: now, Generation: 1, Retention: time.Hour}}); err != nil {
 		t.Fatal(err)
 	}
 	all := strings.Join(lines, "\n")

@@ -329,7 +329,8 @@ func TestOAuth2TokenNeverLogged(t *testing.T) {
 	r := &controller.ExternalActionReconciler{
 		Client: direct, APIReader: direct, Scheme: app.Scheme, Recorder: annotated{rec}, Clock: clock.RealClock{},
 		Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())), Limiter: limiter.NewRegistry(),
-		Exprs: expr.NewCache(16), Holder: "logs", ClaimMargin: time.Second,
+		Exprs:   expr.NewCache(16),
+		Options: controller.Options{Holder: "logs", ClaimMargin: time.Second},
 	}
 	var mu sync.Mutex
 	var lines []string

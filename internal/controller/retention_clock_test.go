@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
@@ -62,7 +63,9 @@ func TestRetentionUsesTheControllersClock(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&actionsv1alpha1.ExternalAction{}).WithObjects(dest, xa).Build()
 	exec := &created201{}
 	r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: events.NewFakeRecorder(100), Clock: clk,
-		Executor: exec, Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Holder: "test", ClaimMargin: time.Second}
+		Executor: exec, Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Options: Options{Holder: "test", ClaimMargin: time.Second},
+	}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(xa)}
 	reconcile := func() ctrl.Result {
 		t.Helper()
@@ -179,7 +182,9 @@ func TestOutcomeUnknownNeverCollected(t *testing.T) {
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&actionsv1alpha1.ExternalAction{}).WithObjects(xa).Build()
 	r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: events.NewFakeRecorder(10), Clock: clk,
-		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Holder: "test"}
+		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Options: Options{Holder: "test"},
+	}
 	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(xa)})
 	if err != nil || res.RequeueAfter != 0 {
 		t.Fatalf("reconcile: %+v, %v", res, err)
@@ -204,7 +209,7 @@ func TestResolveWithoutDestinationKeepsRetention(t *testing.T) {
 		name string
 		ttl  *int32
 		want time.Duration
-	}{{"spec ttl", &ttl, 10 * time.Minute}, {"default", nil, DefaultTTLAfterFinished}} {
+	}{{"spec ttl", &ttl, 10 * time.Minute}, {"default", nil, destination.DefaultTTLAfterFinished}} {
 		t.Run(tc.name, func(t *testing.T) {
 			past := metav1.NewTime(clk.Now().Add(-time.Hour))
 			xa := &actionsv1alpha1.ExternalAction{
@@ -217,7 +222,9 @@ func TestResolveWithoutDestinationKeepsRetention(t *testing.T) {
 			}
 			c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&actionsv1alpha1.ExternalAction{}).WithObjects(xa).Build()
 			r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: events.NewFakeRecorder(10), Clock: clk,
-				Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Holder: "test"}
+				Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+				Options: Options{Holder: "test"},
+			}
 			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(xa)}
 			for range 3 {
 				if _, err := r.Reconcile(ctx, req); err != nil {

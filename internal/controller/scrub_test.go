@@ -219,8 +219,8 @@ func (f *statusFaults) reconciler(t *testing.T, name string, rec *events.FakeRec
 	})
 	return &controller.ExternalActionReconciler{
 		Client: faulty, APIReader: direct, Scheme: app.Scheme, Recorder: annotated{rec}, Clock: clock.RealClock{},
-		Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())), Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Holder: "faulty-" + name,
-		ClaimMargin: time.Second,
+		Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())), Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Options: controller.Options{Holder: "faulty-" + name, ClaimMargin: time.Second},
 	}
 }
 
@@ -344,7 +344,8 @@ func TestDeletionNotHeldByParkedOutcome(t *testing.T) {
 	})
 	r := &controller.ExternalActionReconciler{
 		Client: faulty, APIReader: direct, Scheme: app.Scheme, Recorder: fakeEventRecorder(), Clock: clock.RealClock{},
-		Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())), Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Holder: "parked", ClaimMargin: time.Second,
+		Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())), Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Options: controller.Options{Holder: "parked", ClaimMargin: time.Second},
 	}
 	req := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "del"}}
 	envtestutil.Eventually(t, 60*time.Second, envtestutil.Say("the deleted action to go"), func() bool {

@@ -69,10 +69,14 @@ func TestReconcileWaitsWhileTheDispatcherHoldsTheAttempt(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&actionsv1alpha1.ExternalAction{}).WithObjects(dest, xa).Build()
 	exec := &heldExecutor{started: make(chan struct{}, 4), release: make(chan struct{})}
 	r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: events.NewFakeRecorder(100), Clock: clk,
-		Executor: exec, Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Holder: "test", ClaimMargin: time.Second}
-	if err := r.newDispatcher(); err != nil {
+		Executor: exec, Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Options: Options{Holder: "test", ClaimMargin: time.Second},
+	}
+	d, err := newManagerDispatcher(r)
+	if err != nil {
 		t.Fatal(err)
 	}
+	r.Dispatcher = d
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(xa)}
 	get := func() *actionsv1alpha1.ExternalAction {
 		t.Helper()
@@ -121,7 +125,7 @@ func TestReconcileWaitsWhileTheDispatcherHoldsTheAttempt(t *testing.T) {
 
 	close(exec.release)
 	select {
-	case <-r.outcomes: // what wakes the object in a manager
+	case <-d.outcomes: // what wakes the object in a manager
 	case <-time.After(10 * time.Second):
 		t.Fatal("the outcome never came back")
 	}

@@ -64,7 +64,8 @@ func TestStaleCacheSendsNothing(t *testing.T) {
 	r := &controller.ExternalActionReconciler{
 		Client: lagging, APIReader: staleClient, Scheme: app.Scheme,
 		Recorder: fakeEventRecorder(), Clock: clock.RealClock{}, Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())),
-		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Holder: "stale-holder", ClaimMargin: time.Second,
+		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Options: controller.Options{Holder: "stale-holder", ClaimMargin: time.Second},
 	}
 	for range 3 {
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(stale)}); err != nil {

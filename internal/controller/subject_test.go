@@ -22,6 +22,7 @@ import (
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
+	"github.com/actionledger/actionledger/internal/subject"
 	"github.com/actionledger/actionledger/test/destination"
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
@@ -45,7 +46,8 @@ func blindReconciler(t *testing.T, holder string) *controller.ExternalActionReco
 	return &controller.ExternalActionReconciler{
 		Client: blind, APIReader: direct, Scheme: app.Scheme,
 		Recorder: fakeEventRecorder(), Clock: clock.RealClock{}, Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())),
-		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Holder: holder, ClaimMargin: time.Second,
+		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Options: controller.Options{Holder: holder, ClaimMargin: time.Second},
 	}
 }
 
@@ -136,17 +138,17 @@ func TestSubjectLeaseTakenOverFromGoneOrFinishedHolder(t *testing.T) {
 		{"done/another-uid", true},                           // re-created under the same name
 		{"busy/" + string(busy.UID), false},                  // unfinished: keeps holding
 	} {
-		subject := fmt.Sprintf("order/%d", i)
+		subj := fmt.Sprintf("order/%d", i)
 		holder := tc.holder
 		if err := env.Client.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controller.SubjectLeaseName(subject)},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: subject.LeaseName(subj)},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder},
 		}); err != nil {
 			t.Fatal(err)
 		}
 		name := fmt.Sprintf("next-%d", i)
 		xa := envtestutil.Action(ns, name, "payments", "/"+name, `{}`)
-		xa.Spec.Subject = subject
+		xa.Spec.Subject = subj
 		env.Create(t, xa)
 		for range 2 {
 			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(xa)}); err != nil {
@@ -158,12 +160,12 @@ func TestSubjectLeaseTakenOverFromGoneOrFinishedHolder(t *testing.T) {
 			t.Errorf("Lease held by %s: sent %v, want %v (status %s)", tc.holder, sent, tc.taken, envtestutil.JSON(env.Get(t, ns, name).Status))
 		}
 		l := &coordinationv1.Lease{}
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: controller.SubjectLeaseName(subject)}, l)
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: subject.LeaseName(subj)}, l)
 		switch {
 		case tc.taken && !apierrors.IsNotFound(err):
-			t.Errorf("Lease of %s after the new holder finished: %v %+v, want released", subject, err, l.Spec)
+			t.Errorf("Lease of %s after the new holder finished: %v %+v, want released", subj, err, l.Spec)
 		case !tc.taken && (err != nil || *l.Spec.HolderIdentity != tc.holder):
-			t.Errorf("Lease of %s: %v %+v, want still held by %s", subject, err, l.Spec, tc.holder)
+			t.Errorf("Lease of %s: %v %+v, want still held by %s", subj, err, l.Spec, tc.holder)
 		}
 	}
 }

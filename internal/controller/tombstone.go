@@ -11,24 +11,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/tombstone"
 )
-
-// tombstoneStore is the reconciler's tombstone store: TombstoneStore, else the ActionTombstone objects read
-// through APIReader (with the Tombstones index when set).
-func (r *ExternalActionReconciler) tombstoneStore() tombstone.Store {
-	if r.TombstoneStore != nil {
-		return r.TombstoneStore
-	}
-	return &ObjectStore{Client: r.Client, Reader: r.APIReader, Index: r.Tombstones}
-}
 
 // errTombstoneStore marks a lookup the tombstone store could not answer: the first send waits
 // (waitOnTombstoneStore), it never takes the key for new.
@@ -48,7 +40,7 @@ func (e *errTombstoneStore) Unwrap() error { return e.err }
 // action. A lookup the store cannot answer is an *errTombstoneStore: unknown, never absent.
 func (r *ExternalActionReconciler) checkTombstone(ctx context.Context, xa *actionsv1alpha1.ExternalAction, key, fp string,
 	env ledger.Env) (ledger.Step, bool, error) {
-	store := r.tombstoneStore()
+	store := r.parts.store
 	rec, err := store.Lookup(ctx, xa)
 	metrics.TombstoneStoreResult(store.Name(), "lookup", err)
 	if err != nil {
@@ -93,35 +85,32 @@ const (
 // True with reason TombstoneStoreUnavailable (written and announced once), rechecked after a jittered delay
 // that grows with the time waited. The store's error goes to the log only (it may name the database host).
 func (r *ExternalActionReconciler) waitOnTombstoneStore(ctx context.Context, xa *actionsv1alpha1.ExternalAction,
-	err *errTombstoneStore, env ledger.Env) (ctrl.Result, error) {
+	err *errTombstoneStore, env ledger.Env) *wait {
 	waited := time.Duration(0)
 	if c := meta.FindStatusCondition(xa.Status.Conditions, actionsv1alpha1.ConditionReconciling); c != nil &&
 		c.Reason == actionsv1alpha1.ReasonTombstoneStoreUnavailable {
 		waited = env.Now.Sub(c.LastTransitionTime.Time)
 	}
-	wait := min(max(waited/2, tombstoneRecheckMin), tombstoneRecheckMax)
-	wait = wait/2 + time.Duration(env.Rand()*float64(wait))
+	after := min(max(waited/2, tombstoneRecheckMin), tombstoneRecheckMax)
+	after = after/2 + time.Duration(env.Rand()*float64(after))
 	msg := fmt.Sprintf("the tombstone store (%s) did not answer whether this key was used before; nothing is sent "+
 		"until it does (manager log, metric actionledger_tombstone_store_up)", err.store)
-	step := ledger.Delayed(&xa.Status, actionsv1alpha1.ReasonTombstoneStoreUnavailable, msg, env.Now.Add(wait), env)
+	step := ledger.Delayed(&xa.Status, actionsv1alpha1.ReasonTombstoneStoreUnavailable, msg, env.Now.Add(after), env)
 	logger := log.FromContext(ctx)
 	if step.Status != nil {
 		step.Event = &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonTombstoneStoreUnavailable, Message: msg}
 		logger.Info("tombstone lookup not answered; the first send waits", "store", err.store, "err", err.err.Error())
 	} else {
-		logger.V(1).Info("tombstone lookup still not answered", "store", err.store, "err", err.err.Error(), "recheckIn", wait)
+		logger.V(1).Info("tombstone lookup still not answered", "store", err.store, "err", err.err.Error(), "recheckIn", after)
 	}
-	if _, aerr := r.apply(ctx, xa, step, ""); aerr != nil {
-		return ctrl.Result{}, aerr
-	}
-	return ctrl.Result{RequeueAfter: wait}, nil
+	return &wait{step: step, after: after}
 }
 
 // writeTombstone records the action's key binding and outcome in the tombstone store before its object goes
 // (DESIGN rules 7 and 8). It is idempotent: an existing tombstone for the same fingerprint is kept
 // (tombstone.NeedsWrite).
 func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actionsv1alpha1.ExternalAction) error {
-	if IsTrimmed(xa) && r.APIReader != nil {
+	if IsTrimmed(xa) {
 		// The cached copy of a finished action lacks its response (TrimFinished); the tombstone keeps it, so it
 		// is written from a fresh copy.
 		fresh := &actionsv1alpha1.ExternalAction{}
@@ -134,8 +123,8 @@ func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actio
 	if st.Fingerprint == "" || st.Phase == actionsv1alpha1.PhaseConflict || (st.Attempts == 0 && st.ReplayedFrom == nil) {
 		return nil // nothing was bound or sent under this object
 	}
-	ttl := DefaultTombstoneTTL
-	if dest, err := r.resolveDestination(ctx, xa); err == nil {
+	ttl := destination.DefaultTombstoneTTL
+	if dest, err := r.parts.resolver.Resolve(ctx, xa); err == nil {
 		ttl = dest.TombstoneTTL
 	}
 	now := r.Clock.Now()
@@ -154,7 +143,7 @@ func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actio
 		// The response as status held it: already redacted and bounded (boundStatus), so a replay gets it back.
 		rec.Spec.StatusCode, rec.Spec.Response = st.Response.StatusCode, st.Response.DeepCopy()
 	}
-	store := r.tombstoneStore()
+	store := r.parts.store
 	err := store.Write(ctx, rec, xa.UID)
 	metrics.TombstoneStoreResult(store.Name(), "write", err)
 	return err
@@ -175,7 +164,7 @@ func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1al
 		// The claim expired without an outcome: settle it as the ledger would, so the tombstone records the
 		// truth (a repeat-safe action was not finished; otherwise the outcome is unknown).
 		xa = xa.DeepCopy()
-		if dest, err := r.resolveDestination(ctx, xa); err == nil && repeatSafe(dest, xa) {
+		if dest, err := r.parts.resolver.Resolve(ctx, xa); err == nil && dest.RepeatSafe(xa) {
 			xa.Status.Phase = actionsv1alpha1.PhaseInProgress
 		} else {
 			xa.Status.Phase = actionsv1alpha1.PhaseOutcomeUnknown
@@ -189,9 +178,9 @@ func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1al
 		// finalizer would hang the namespace in Terminating forever (docs/retention.md).
 		log.FromContext(ctx).Info("namespace is terminating; the action goes without a tombstone", "phase", xa.Status.Phase)
 	}
-	r.Limiter.Forget(destinationID(xa), xa.Namespace+"/"+xa.Name)
+	r.Limiter.Forget(destination.ID(xa), xa.Namespace+"/"+xa.Name)
 	// The deleted (or collected) holder gives its subject up, whatever its phase: its claim is settled above.
-	if err := r.releaseSubject(ctx, xa); err != nil {
+	if err := r.parts.subjects.Release(ctx, xa); err != nil {
 		return ctrl.Result{}, err
 	}
 	patch := client.MergeFromWithOptions(xa.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -199,7 +188,7 @@ func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1al
 	if err := r.Patch(ctx, xa, patch); err != nil {
 		if apierrors.IsConflict(err) {
 			// Not finalized yet: look again (an outcome parked in memory waits for this, finalizeWithOutcome).
-			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+			return ctrl.Result{RequeueAfter: requeueFinalizeConflict}, nil
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -257,5 +246,5 @@ func (r *TombstoneReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 // SetupWithManager registers the tombstone collector.
 func (r *TombstoneReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).For(&actionsv1alpha1.ActionTombstone{}).Named("actiontombstone").
-		WithOptions(controller.Options{SkipNameValidation: &r.SkipNameValidation}).Complete(r)
+		WithOptions(crcontroller.Options{SkipNameValidation: &r.SkipNameValidation}).Complete(r)
 }

@@ -36,7 +36,7 @@ var (
 	})
 
 	// TombstoneLookups counts first-sight tombstone lookups by how they were answered: "index" (proven absent
-	// without a read, controller.TombstoneIndex) or "live" (a GET from the API server).
+	// without a read, objects.Index) or "live" (a GET from the API server).
 	TombstoneLookups = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "actionledger_tombstone_lookups_total",
 		Help: "First-sight tombstone lookups, by source: index (proven absent without a read) or live (a GET).",

@@ -1,7 +1,7 @@
 // Package tombstone defines where the identity of a gone ExternalAction is kept: the key binding and outcome
 // that outlive the object for its destination's retention.tombstoneTTL (DESIGN rules 6-8, docs/tombstones.md).
 //
-// Two stores implement Store: ActionTombstone objects in the API server (the default, controller.ObjectStore)
+// Two stores implement Store: ActionTombstone objects in the API server (the default, objects.Store)
 // and a PostgreSQL table (package tombstone/postgres). Both keep the same record, so a replay from either
 // looks the same. A store that cannot answer a lookup returns an error, never "absent": the controller then
 // waits (a first send is never made on a guess).
@@ -37,7 +37,7 @@ type Store interface {
 	Name() string
 	// Lookup returns the tombstone of xa's namespace/name, expired or not (the caller compares expiresAt with
 	// its clock), or nil when there is none. An error means the store could not answer: unknown, never absent.
-	// xa is passed whole because a store may prove absence from the object's resourceVersion (TombstoneIndex).
+	// xa is passed whole because a store may prove absence from the object's resourceVersion (objects.Index).
 	Lookup(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (*Record, error)
 	// Write records rec for the object writer (the UID of the ExternalAction that is going) idempotently: a new
 	// key is inserted; over an existing one rec is written only when NeedsWrite says so. Concurrent writes of the

@@ -19,7 +19,7 @@ import (
 )
 
 // TombstoneMemory is the manager's memory per cached ActionTombstone (objects store): the tombstone
-// collector's informer and the TombstoneIndex's snapshot of names hold every tombstone of the cluster.
+// collector's informer and the tombstone index (objects.Index)'s snapshot of names hold every tombstone of the cluster.
 type TombstoneMemory struct {
 	Cached int    `json:"cachedTombstones"`
 	Empty  Memory `json:"emptyManager"`

@@ -19,7 +19,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
-	"github.com/actionledger/actionledger/internal/controller"
+	"github.com/actionledger/actionledger/internal/subject"
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
 
@@ -42,10 +42,10 @@ func readyReason(xa *actionsv1alpha1.ExternalAction) (string, string) {
 	return c.Reason, c.Message
 }
 
-func lease(t *testing.T, ns, subject string) (*coordinationv1.Lease, error) {
+func lease(t *testing.T, ns, subj string) (*coordinationv1.Lease, error) {
 	t.Helper()
 	l := &coordinationv1.Lease{}
-	err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: controller.SubjectLeaseName(subject)}, l)
+	err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: subject.LeaseName(subj)}, l)
 	return l, err
 }
 
@@ -86,7 +86,7 @@ func TestRefundWaitsBehindUnknownCharge(t *testing.T) {
 		l, err := lease(t, ns, "order/"+c.order)
 		charge := env.Get(t, ns, "charge-order-"+c.order)
 		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != charge.Name+"/"+string(charge.UID) ||
-			l.Annotations[controller.AnnotationSubject] != "order/"+c.order || l.Labels[controller.LabelSubjectHash] == "" {
+			l.Annotations[subject.Annotation] != "order/"+c.order || l.Labels[subject.LabelHash] == "" {
 			t.Errorf("subject Lease of order/%s: %+v (%v)", c.order, l, err)
 		}
 	}

@@ -18,8 +18,8 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
-	"github.com/actionledger/actionledger/internal/controller"
 	"github.com/actionledger/actionledger/internal/tombstone"
+	"github.com/actionledger/actionledger/internal/tombstone/objects"
 	"github.com/actionledger/actionledger/internal/tombstone/postgres"
 	"github.com/actionledger/actionledger/test/destination"
 	"github.com/actionledger/actionledger/test/envtestutil"
@@ -36,7 +36,7 @@ var pgLabel = map[string]string{"store": tombstone.StorePostgres}
 
 var managers = []managed{
 	{name: tombstone.StoreObjects, setup: func(t *testing.T) (app.Options, tombstone.Store) {
-		return app.Options{}, &controller.ObjectStore{Client: env.Client, Reader: env.Client}
+		return app.Options{}, &objects.Store{Client: env.Client, Reader: env.Client}
 	}},
 	{name: tombstone.StorePostgres, setup: func(t *testing.T) (app.Options, tombstone.Store) {
 		srv := pgtest.StartT(t)

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
-	"github.com/actionledger/actionledger/internal/controller"
 	"github.com/actionledger/actionledger/internal/tombstone"
+	"github.com/actionledger/actionledger/internal/tombstone/objects"
 	"github.com/actionledger/actionledger/internal/tombstone/postgres"
 	"github.com/actionledger/actionledger/test/envtestutil"
 	"github.com/actionledger/actionledger/test/pgtest"
@@ -38,7 +38,7 @@ type backend struct {
 var backends = []backend{
 	{name: tombstone.StoreObjects, setup: func(t *testing.T) (string, func() tombstone.Store) {
 		ns := env.Namespace(t)
-		return ns, func() tombstone.Store { return &controller.ObjectStore{Client: env.Client, Reader: env.Client} }
+		return ns, func() tombstone.Store { return &objects.Store{Client: env.Client, Reader: env.Client} }
 	}},
 	{name: tombstone.StorePostgres, setup: func(t *testing.T) (string, func() tombstone.Store) {
 		srv := pgtest.StartT(t)

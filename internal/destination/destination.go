@@ -1,4 +1,4 @@
-package controller
+package destination
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -25,11 +26,12 @@ import (
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/limiter"
+	"github.com/actionledger/actionledger/internal/redact"
 	"github.com/actionledger/actionledger/internal/retry"
 )
 
-// kindClusterDestination is the destinationRef kind that names a cluster-scoped ClusterDestination.
-const kindClusterDestination = "ClusterDestination"
+// KindClusterDestination is the destinationRef kind that names a cluster-scoped ClusterDestination.
+const KindClusterDestination = "ClusterDestination"
 
 // Policy defaults (CONTRACT "retryPolicy", "retention").
 const (
@@ -43,10 +45,6 @@ const (
 	DefaultTombstoneTTL     = 30 * 24 * time.Hour
 	DefaultIdempotencyHdr   = "Idempotency-Key"
 	DefaultKeyFormat        = "{namespace}/{name}"
-	// MaxRequestBodyBytes caps an action's serialized request body (RFC 8785 form), in bytes.
-	MaxRequestBodyBytes = 64 << 10
-	// MaxResponseBodyBytes caps the response body kept in status.response.body, in bytes.
-	MaxResponseBodyBytes = actionsv1alpha1.MaxResponseBodyLength
 )
 
 // errSecretNotAllowed marks a Secret reference outside the namespace a destination may read.
@@ -62,8 +60,8 @@ var errNamespaceNotAllowed = errors.New("namespace not allowed")
 // manager does not allow it (--insecure-skip-verify-allowed).
 var errInsecureSkipVerifyNotAllowed = errors.New("insecureSkipVerify not allowed")
 
-// destinationReason maps a destination error to its condition reason (api/v1alpha1/conditions.go), or fallback.
-func destinationReason(err error, fallback string) string {
+// Reason maps a destination error to its condition reason (api/v1alpha1/conditions.go), or fallback.
+func Reason(err error, fallback string) string {
 	if nr, ok := errors.AsType[*destinationNotReady](err); ok {
 		switch nr.reason {
 		case actionsv1alpha1.ReasonSecretNotAllowed, actionsv1alpha1.ReasonNamespaceNotAllowed, actionsv1alpha1.ReasonEgressDenied,
@@ -87,10 +85,10 @@ func destinationReason(err error, fallback string) string {
 	return fallback
 }
 
-// checkDestinationSpec checks what a destination needs before any action may use it, without reading Secrets:
+// CheckSpec checks what a destination needs before any action may use it, without reading Secrets:
 // the base URL can be joined (httpexec.JoinURL), the post-check path template stays under it, and a namespaced
 // Destination turns TLS verification off only when the manager allows it.
-func checkDestinationSpec(spec *actionsv1alpha1.DestinationSpec, owner string, namespaced, insecureSkipVerifyAllowed bool) error {
+func CheckSpec(spec *actionsv1alpha1.DestinationSpec, owner string, namespaced, insecureSkipVerifyAllowed bool) error {
 	if _, err := httpexec.JoinURL(spec.URL, "/"); err != nil {
 		return fmt.Errorf("%s spec.url: %w", owner, err)
 	}
@@ -107,9 +105,9 @@ func checkDestinationSpec(spec *actionsv1alpha1.DestinationSpec, owner string, n
 	return nil
 }
 
-// namespaceAllowed checks a ClusterDestination's namespaceSelector against the labels of namespace ns, read
+// NamespaceAllowed checks a ClusterDestination's namespaceSelector against the labels of namespace ns, read
 // from the manager's metadata-only Namespace cache. No selector admits every namespace.
-func namespaceAllowed(ctx context.Context, c client.Reader, cd *actionsv1alpha1.ClusterDestination, ns string) error {
+func NamespaceAllowed(ctx context.Context, c client.Reader, cd *actionsv1alpha1.ClusterDestination, ns string) error {
 	if cd.Spec.NamespaceSelector == nil {
 		return nil
 	}
@@ -130,9 +128,9 @@ func namespaceAllowed(ctx context.Context, c client.Reader, cd *actionsv1alpha1.
 	return nil
 }
 
-// resolvedDestination is a destination with its policy defaulted; AuthHeader, Redactor and TLS are set by
-// loadCredentials, right before a send.
-type resolvedDestination struct {
+// Resolved is a destination with its policy defaulted; AuthHeader, Redactor and TLS are set by
+// LoadCredentials, right before a send.
+type Resolved struct {
 	// ID is the limiter and metrics identity: "Destination/<ns>/<name>" or "ClusterDestination/<name>".
 	ID           string
 	Spec         *actionsv1alpha1.DestinationSpec
@@ -141,7 +139,7 @@ type resolvedDestination struct {
 	KeySupported bool
 	AuthHeader   http.Header
 	// Redactor replaces the Secret values sent in AuthHeader in whatever is stored or emitted (DESIGN rule 11).
-	Redactor *redactor
+	Redactor *redact.Redactor
 	TLS      *httpexec.TLSOptions
 	// OAuth2 is spec.auth.oauth2 with its Secrets read (nil without it): each request gets a token from the
 	// reconciler's TokenCache (see authorize).
@@ -155,39 +153,42 @@ type resolvedDestination struct {
 	MaxInFlight  int
 	Retention    time.Duration
 	TombstoneTTL time.Duration
-	// secretNS is the only namespace whose Secrets loadCredentials may read.
+	// secretNS is the only namespace whose Secrets LoadCredentials may read.
 	secretNS string
 	// ready is the destination's Ready condition as its validator wrote it (nil before the first validation),
 	// and generation its metadata.generation.
 	ready      *metav1.Condition
 	generation int64
+	// tokens and clock serve Authorize (set by LoadCredentials).
+	tokens func() (*httpexec.TokenCache, error)
+	clock  clock.PassiveClock
 }
 
-// resolveDestination reads the action's Destination or ClusterDestination and defaults its policy. It
-// reads no Secret (loadCredentials does, right before a send).
-func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (*resolvedDestination, error) {
+// Resolve reads the action's Destination or ClusterDestination and defaults its policy. It
+// reads no Secret (LoadCredentials does, right before a send).
+func (r *Resolver) Resolve(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (*Resolved, error) {
 	ref := xa.Spec.DestinationRef
 	var spec *actionsv1alpha1.DestinationSpec
 	var id, secretNS string
 	var ready *metav1.Condition
 	var generation int64
 	switch ref.Kind {
-	case kindClusterDestination:
+	case KindClusterDestination:
 		cd := &actionsv1alpha1.ClusterDestination{}
-		if err := r.Get(ctx, types.NamespacedName{Name: ref.Name}, cd); err != nil {
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: ref.Name}, cd); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil, fmt.Errorf("%w: ClusterDestination %q", errDestinationNotFound, ref.Name)
 			}
 			return nil, fmt.Errorf("reading ClusterDestination %q: %w", ref.Name, err)
 		}
-		if err := namespaceAllowed(ctx, r.Client, cd, xa.Namespace); err != nil {
+		if err := NamespaceAllowed(ctx, r.Client, cd, xa.Namespace); err != nil {
 			return nil, err
 		}
 		spec, id, secretNS = &cd.Spec.DestinationSpec, "ClusterDestination/"+ref.Name, r.ControllerNamespace
 		ready, generation = meta.FindStatusCondition(cd.Status.Conditions, actionsv1alpha1.ConditionReady), cd.Generation
 	default:
 		d := &actionsv1alpha1.Destination{}
-		if err := r.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: ref.Name}, d); err != nil {
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: ref.Name}, d); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil, fmt.Errorf("%w: Destination %s/%s", errDestinationNotFound, xa.Namespace, ref.Name)
 			}
@@ -196,10 +197,10 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 		spec, id, secretNS = &d.Spec, "Destination/"+xa.Namespace+"/"+ref.Name, xa.Namespace
 		ready, generation = meta.FindStatusCondition(d.Status.Conditions, actionsv1alpha1.ConditionReady), d.Generation
 	}
-	if err := checkDestinationSpec(spec, id, ref.Kind != kindClusterDestination, r.InsecureSkipVerifyAllowed); err != nil {
+	if err := CheckSpec(spec, id, ref.Kind != KindClusterDestination, r.InsecureSkipVerifyAllowed); err != nil {
 		return nil, err
 	}
-	rd := &resolvedDestination{ID: id, Spec: spec, Timeout: DefaultTimeout, KeyHeader: DefaultIdempotencyHdr}
+	rd := &Resolved{ID: id, Spec: spec, Timeout: DefaultTimeout, KeyHeader: DefaultIdempotencyHdr}
 	if spec.Timeout != nil && spec.Timeout.Duration > 0 {
 		rd.Timeout = spec.Timeout.Duration
 	}
@@ -209,7 +210,7 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 		}
 		rd.KeySupported = idem.Supported
 	}
-	rd.Policy, rd.DeadlineDur = destinationPolicy(spec.RetryPolicy)
+	rd.Policy, rd.DeadlineDur = policy(spec.RetryPolicy)
 	rd.Limits = limitsFor(spec)
 	if c := spec.Concurrency; c != nil && c.MaxInFlight != nil {
 		rd.MaxInFlight = int(*c.MaxInFlight)
@@ -227,7 +228,7 @@ func (r *ExternalActionReconciler) resolveDestination(ctx context.Context, xa *a
 	return rd, nil
 }
 
-// errDestinationNotReady marks a destination whose validator found it unusable (notReady);
+// errDestinationNotReady marks a destination whose validator found it unusable (NotReady);
 // destinationNotReady carries the validator's reason.
 var errDestinationNotReady = errors.New("destination not ready")
 
@@ -241,15 +242,15 @@ func (e *destinationNotReady) Error() string {
 
 func (e *destinationNotReady) Unwrap() error { return errDestinationNotReady }
 
-// notReady returns a *destinationNotReady when the destination's validator found, for its current generation,
+// NotReady returns a *destinationNotReady when the destination's validator found, for its current generation,
 // that the egress policy refuses its address (Ready=False, reason EgressDenied): then no attempt could leave,
 // and the verdict changes only with the destination's spec, the manager's flags or (for a host name) the
 // validator's periodic re-resolution, each of which updates the Destination and so wakes its actions.
 // Other Ready=False reasons are not taken from the validator: a missing Secret may be created after the
 // destination (GitOps applies in any order) and the validator does not watch Secrets, so the action checks
-// those itself right before a send (loadCredentials). No Ready condition yet is not judged either: the
+// those itself right before a send (LoadCredentials). No Ready condition yet is not judged either: the
 // executor checks every dial.
-func (rd *resolvedDestination) notReady() error {
+func (rd *Resolved) NotReady() error {
 	c := rd.ready
 	if c == nil || c.Status != metav1.ConditionFalse || c.ObservedGeneration != rd.generation ||
 		c.Reason != actionsv1alpha1.ReasonEgressDenied {
@@ -258,11 +259,11 @@ func (rd *resolvedDestination) notReady() error {
 	return &destinationNotReady{id: rd.ID, reason: c.Reason, message: c.Message}
 }
 
-// loadCredentials reads the Secrets that rd names (auth headers and TLS material) into rd. It is called
+// LoadCredentials reads the Secrets that rd names (auth headers and TLS material) into rd. It is called
 // only right before a request is sent: resolution alone never reads a Secret. A Destination reads Secrets
 // only in its own namespace; a ClusterDestination only in the controller's.
-func (r *ExternalActionReconciler) loadCredentials(ctx context.Context, rd *resolvedDestination) error {
-	sr := secretReader{reader: r.APIReader, ctx: ctx, allowed: rd.secretNS, owner: rd.ID}
+func (r *Resolver) LoadCredentials(ctx context.Context, rd *Resolved) error {
+	sr := secretReader{reader: r.Secrets, ctx: ctx, allowed: rd.secretNS, owner: rd.ID}
 	var err error
 	var secrets []string
 	if rd.AuthHeader, secrets, err = sr.authHeader(rd.Spec.Auth); err != nil {
@@ -279,12 +280,13 @@ func (r *ExternalActionReconciler) loadCredentials(ctx context.Context, rd *reso
 	if rd.Signer, more, err = sr.signer(rd.Spec.Signing); err != nil {
 		return err
 	}
-	rd.Redactor = newRedactor(append(secrets, more...)...)
+	rd.Redactor = redact.New(append(secrets, more...)...)
+	rd.tokens, rd.clock = r.tokenCache, r.Clock
 	return nil
 }
 
-// destinationPolicy defaults a destination's retry policy; the deadline is returned as a duration.
-func destinationPolicy(p *actionsv1alpha1.RetryPolicy) (retry.Policy, time.Duration) {
+// policy defaults a destination's retry policy; the deadline is returned as a duration.
+func policy(p *actionsv1alpha1.RetryPolicy) (retry.Policy, time.Duration) {
 	out := retry.Policy{
 		MaxAttempts: DefaultMaxAttempts, InitialBackoff: DefaultInitialBackoff, MaxBackoff: DefaultMaxBackoff,
 		Multiplier: DefaultMultiplier, Jitter: retry.JitterFull, RetryOnStatus: retry.DefaultRetryOnStatus(),
@@ -319,8 +321,8 @@ func destinationPolicy(p *actionsv1alpha1.RetryPolicy) (retry.Policy, time.Durat
 	return out, deadline
 }
 
-// tighten applies an action's retryPolicy over the destination's; a looser value is an error that says which.
-func tighten(dest retry.Policy, destDeadline time.Duration, p *actionsv1alpha1.RetryPolicy) (retry.Policy, time.Duration, error) {
+// Tighten applies an action's retryPolicy over the destination's; a looser value is an error that says which.
+func Tighten(dest retry.Policy, destDeadline time.Duration, p *actionsv1alpha1.RetryPolicy) (retry.Policy, time.Duration, error) {
 	if p == nil {
 		return dest, destDeadline, nil
 	}
@@ -411,10 +413,10 @@ func limitsFor(spec *actionsv1alpha1.DestinationSpec) limiter.Limits {
 	return l
 }
 
-// takeShare divides dest's limits (rate, burst, retry-budget floor, maxInFlight) by the number of shards using
+// TakeShare divides dest's limits (rate, burst, retry-budget floor, maxInFlight) by the number of shards using
 // it (r.Shards; docs/sharding.md), or returns how long to wait while this shard is not yet allowed a share.
 // maxInFlight keeps a floor of 1 per shard.
-func (r *ExternalActionReconciler) takeShare(dest *resolvedDestination, now time.Time) (time.Duration, bool) {
+func (r *Resolver) TakeShare(dest *Resolved, now time.Time) (time.Duration, bool) {
 	shares, wait, ok := r.Shards.Share(dest.ID, now)
 	if !ok {
 		return wait, false
@@ -430,10 +432,10 @@ func (r *ExternalActionReconciler) takeShare(dest *resolvedDestination, now time
 	return 0, true
 }
 
-// shareRecheck caps the limiter's wait at the shard Lease duration while dest's limits are divided: the wait
+// ShareRecheck caps the limiter's wait at the shard Lease duration while dest's limits are divided: the wait
 // was computed at this shard's share, and when a shard leaves, the larger share is taken at the next ask
 // instead of after the whole backlog was served at the smaller one.
-func (r *ExternalActionReconciler) shareRecheck(dest *resolvedDestination, wait time.Duration) time.Duration {
+func (r *Resolver) ShareRecheck(dest *Resolved, wait time.Duration) time.Duration {
 	if dest.Limits.Shares > 1 {
 		return min(wait, r.Shards.Recheck())
 	}
@@ -474,7 +476,7 @@ func (s secretReader) key(sel *actionsv1alpha1.SecretKeySelector) ([]byte, error
 
 // authHeader builds the auth headers and returns, with them, every Secret-derived value they carry (raw and
 // trimmed Secret values, encoded forms and whole header values) for redaction. A value shorter than
-// MinSecretLength is refused (errShortSecret): it could not be redacted safely.
+// redact.MinSecretLength is refused (errShortSecret): it could not be redacted safely.
 func (s secretReader) authHeader(a *actionsv1alpha1.AuthConfig) (http.Header, []string, error) {
 	h := http.Header{}
 	if a == nil {
@@ -512,7 +514,7 @@ func (s secretReader) authHeader(a *actionsv1alpha1.AuthConfig) (http.Header, []
 		pair := string(u) + ":" + string(p)
 		enc := base64.StdEncoding.EncodeToString([]byte(pair))
 		h.Set("Authorization", "Basic "+enc)
-		// A username shorter than MinSecretLength is not redacted (newRedactor ignores it): it is an identity.
+		// A username shorter than redact.MinSecretLength is not redacted (newRedactor ignores it): it is an identity.
 		secrets = append(secrets, "Basic "+enc, enc, pair, string(p), string(u))
 	}
 	for _, hs := range a.Headers {
@@ -608,18 +610,18 @@ func (s secretReader) signer(sc *actionsv1alpha1.SigningConfig) (httpexec.Signer
 	return nil, nil, nil
 }
 
-// errShortSecret marks a Secret value too short to be redacted safely (MinSecretLength).
+// errShortSecret marks a Secret value too short to be redacted safely (redact.MinSecretLength).
 var errShortSecret = errors.New("secret value too short")
 
-// long refuses a Secret value shorter than MinSecretLength; the message names the key, never the value.
+// long refuses a Secret value shorter than redact.MinSecretLength; the message names the key, never the value.
 func (s secretReader) long(v, name, key string) error {
-	if len(v) >= MinSecretLength {
+	if len(v) >= redact.MinSecretLength {
 		return nil
 	}
 	return fmt.Errorf("%w: key %q of Secret %s/%s (needed by %s) holds %d bytes; a value sent as a credential needs at "+
 		"least %d bytes, because shorter ones cannot be redacted from responses safely. Use a longer credential, or put "+
 		"a header that is not secret in the action's spec.request.headers", errShortSecret, key, s.allowed, name, s.owner,
-		len(v), MinSecretLength)
+		len(v), redact.MinSecretLength)
 }
 
 func (s secretReader) tlsOptions(t *actionsv1alpha1.TLSConfig) (*httpexec.TLSOptions, error) {
@@ -648,8 +650,8 @@ func (s secretReader) tlsOptions(t *actionsv1alpha1.TLSConfig) (*httpexec.TLSOpt
 	return o, nil
 }
 
-// idempotencyKey renders the destination's key format for an action (default "{namespace}/{name}").
-func idempotencyKey(spec *actionsv1alpha1.DestinationSpec, namespace, name string) string {
+// IdempotencyKey renders the destination's key format for an action (default "{namespace}/{name}").
+func IdempotencyKey(spec *actionsv1alpha1.DestinationSpec, namespace, name string) string {
 	format := DefaultKeyFormat
 	if spec.Idempotency != nil && spec.Idempotency.KeyFormat != "" {
 		format = spec.Idempotency.KeyFormat
@@ -657,9 +659,9 @@ func idempotencyKey(spec *actionsv1alpha1.DestinationSpec, namespace, name strin
 	return strings.NewReplacer("{namespace}", namespace, "{name}", name).Replace(format)
 }
 
-// limiterReason maps a reason of package limiter to the API's condition reason (CONTRACT): the limiter's
+// LimiterReason maps a reason of package limiter to the API's condition reason (CONTRACT): the limiter's
 // strings are its own, and what status shows is decided here, explicitly.
-func limiterReason(r limiter.Reason) string {
+func LimiterReason(r limiter.Reason) string {
 	switch r {
 	case limiter.ReasonRetryBudgetExhausted:
 		return actionsv1alpha1.ReasonRetryBudgetExhausted
@@ -668,4 +670,23 @@ func limiterReason(r limiter.Reason) string {
 	default:
 		return actionsv1alpha1.ReasonRateLimited
 	}
+}
+
+// CheckSecrets reads every Secret that spec names from reader, as LoadCredentials would, and returns the first
+// problem (missing, outside secretNS, too short, unusable); owner names the destination in messages. Used by the
+// destination validator: the values are read and dropped.
+func CheckSecrets(ctx context.Context, reader client.Reader, spec *actionsv1alpha1.DestinationSpec, secretNS, owner string) error {
+	sr := secretReader{reader: reader, ctx: ctx, allowed: secretNS, owner: owner}
+	if _, _, err := sr.authHeader(spec.Auth); err != nil {
+		return err
+	}
+	tlsOpts, err := sr.tlsOptions(spec.TLS)
+	if err != nil {
+		return err
+	}
+	if _, _, err := sr.oauth2(spec.Auth, tlsOpts); err != nil {
+		return err
+	}
+	_, _, err = sr.signer(spec.Signing)
+	return err
 }

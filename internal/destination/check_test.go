@@ -1,4 +1,4 @@
-package controller
+package destination
 
 import (
 	"errors"
@@ -32,14 +32,14 @@ func TestCheckDestinationSpec(t *testing.T) {
 			Reconciliation: &actionsv1alpha1.ReconciliationCheck{Path: "/effects/{key}?ns={namespace}"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkDestinationSpec(tc.spec, "Destination/ns/d", tc.namespaced, tc.allowed)
+			err := CheckSpec(tc.spec, "Destination/ns/d", tc.namespaced, tc.allowed)
 			if tc.wantReason == "" {
 				if err != nil {
 					t.Fatalf("err = %v, want nil", err)
 				}
 				return
 			}
-			if got := destinationReason(err, "none"); got != tc.wantReason {
+			if got := Reason(err, "none"); got != tc.wantReason {
 				t.Fatalf("err = %v, reason %q, want %q", err, got, tc.wantReason)
 			}
 		})
@@ -56,8 +56,8 @@ func TestDestinationReasonMapsWrappedErrors(t *testing.T) {
 		&destinationNotReady{id: "d", reason: actionsv1alpha1.ReasonEgressDenied}: actionsv1alpha1.ReasonEgressDenied,
 		&destinationNotReady{id: "d", reason: "Invalid"}:                          actionsv1alpha1.ReasonDestinationNotReady,
 	} {
-		if got := destinationReason(err, actionsv1alpha1.ReasonDestinationNotReady); got != want {
-			t.Errorf("destinationReason(%v) = %q, want %q", err, got, want)
+		if got := Reason(err, actionsv1alpha1.ReasonDestinationNotReady); got != want {
+			t.Errorf("Reason(%v) = %q, want %q", err, got, want)
 		}
 	}
 }
@@ -78,8 +78,8 @@ func TestNotReadyTakesOnlyACurrentEgressVerdict(t *testing.T) {
 		{cond("Invalid", 2), false},
 		{&metav1.Condition{Type: actionsv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Valid", ObservedGeneration: 2}, false},
 	} {
-		rd := &resolvedDestination{ID: "Destination/ns/d", ready: tc.ready, generation: 2}
-		if err := rd.notReady(); (err != nil) != tc.stall {
+		rd := &Resolved{ID: "Destination/ns/d", ready: tc.ready, generation: 2}
+		if err := rd.NotReady(); (err != nil) != tc.stall {
 			t.Errorf("ready %+v: notReady = %v, want stall %v", tc.ready, err, tc.stall)
 		}
 	}

@@ -1,4 +1,6 @@
-package controller
+// Package outputs implements spec.outputs: values taken from the successful response of an action, held in
+// memory only, and written to a Secret or ConfigMap of the action's namespace after the outcome is recorded.
+package outputs
 
 import (
 	"context"
@@ -8,14 +10,17 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,12 +32,13 @@ import (
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
-	"github.com/actionledger/actionledger/internal/retry"
+	"github.com/actionledger/actionledger/internal/redact"
+	"github.com/actionledger/actionledger/internal/status"
 )
 
 // How spec.outputs flows. The values are taken from the response of the attempt that succeeded, in the send
 // itself (holdOutputs: the whole body up to MaxOutputResponseBytes, the destination's Secret values redacted),
-// and held in r.outputs, in memory only: they may be secret, so they are never put in status, events or logs.
+// and held in m.outputs, in memory only: they may be secret, so they are never put in status, events or logs.
 // The outcome is recorded first (DESIGN rule 2; ledger.Record leaves Ready False with OutputsReady reason
 // OutputsPending), then settleOutputs creates the target and records OutputsReady (ledger.SettleOutputs). A
 // process that stops between the two loses the values: the next manager finds OutputsPending with nothing in
@@ -48,6 +54,46 @@ type heldOutputs struct {
 	err error
 }
 
+// Manager holds the values of spec.outputs between the send that took them and the write of the target, and
+// settles status.outputs with the status writer. Its zero value is not usable: set every field but held.
+type Manager struct {
+	// Client creates output objects and reads their metadata from the label-filtered cache.
+	Client client.Client
+	// APIReader reads output objects and actions live from the API server.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Exprs     *expr.Cache
+	Clock     clock.PassiveClock
+	Writer    *status.Writer
+	// Env builds the decision environment of an action without its destination (retention, generation).
+	Env func(xa *actionsv1alpha1.ExternalAction) ledger.Env
+	// Sharded: another shard may hold an action's values (--watch-label-selector), so OutputLost waits LostGrace.
+	Sharded bool
+
+	// held holds the values taken from a successful response until the target is written; kept nowhere else.
+	held sync.Map // types.NamespacedName -> *heldOutputs
+}
+
+// requeueConflict is how soon an outputs step that lost a Conflict looks again.
+const requeueConflict = 100 * time.Millisecond
+
+// requeueAt requeues at t; zero t means no requeue.
+func requeueAt(t, now time.Time) ctrl.Result {
+	if t.IsZero() {
+		return ctrl.Result{}
+	}
+	return ctrl.Result{RequeueAfter: max(t.Sub(now), time.Millisecond)}
+}
+
+// Forget drops the values held for nn (the object is gone, or its outputs are settled elsewhere).
+func (mgr *Manager) Forget(nn types.NamespacedName) { mgr.held.Delete(nn) }
+
+// Holds reports whether values are held for nn and whether they were taken for the object with uid.
+func (mgr *Manager) Holds(nn types.NamespacedName, uid types.UID) (holds, same bool) {
+	v, ok := mgr.held.Load(nn)
+	return ok, ok && v.(*heldOutputs).uid == uid
+}
+
 // Kinds of output objects, as status.outputs.kind names them.
 const (
 	kindSecret    = "Secret"
@@ -55,15 +101,15 @@ const (
 )
 
 // outputMeta is a metadata-only copy of a Secret or ConfigMap (the manager caches only the metadata of output
-// objects, OutputCacheOptions).
+// objects, CacheOptions).
 func outputMeta(kind string) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: kind}}
 }
 
-// OutputCacheOptions are the manager's cache options for output objects: Secrets and ConfigMaps are cached as
+// CacheOptions are the manager's cache options for output objects: Secrets and ConfigMaps are cached as
 // metadata only, and only those labelled actions.actionledger.dev/output, so that the manager never holds every
 // Secret of the cluster. Use them in cache.Options.ByObject.
-func OutputCacheOptions() map[client.Object]cache.ByObject {
+func CacheOptions() map[client.Object]cache.ByObject {
 	req, err := labels.NewRequirement(actionsv1alpha1.LabelOutput, selection.Exists, nil)
 	if err != nil {
 		panic(err) // a constant, valid label key
@@ -83,13 +129,13 @@ func outputTarget(xa *actionsv1alpha1.ExternalAction) (string, string) {
 	return kindSecret, xa.Spec.Outputs.SecretName
 }
 
-// checkOutputs compiles every expression of spec.outputs.values (an error is an InvalidSpec: nothing is sent).
-func (r *ExternalActionReconciler) checkOutputs(xa *actionsv1alpha1.ExternalAction) error {
+// Check compiles every expression of spec.outputs.values (an error is an InvalidSpec: nothing is sent).
+func (mgr *Manager) Check(xa *actionsv1alpha1.ExternalAction) error {
 	if xa.Spec.Outputs == nil {
 		return nil
 	}
 	for _, k := range slices.Sorted(maps.Keys(xa.Spec.Outputs.Values)) {
-		if _, err := r.Exprs.GetValue(string(xa.Spec.Outputs.Values[k])); err != nil {
+		if _, err := mgr.Exprs.GetValue(string(xa.Spec.Outputs.Values[k])); err != nil {
 			return fmt.Errorf("spec.outputs.values[%q]: %w", k, err)
 		}
 	}
@@ -99,13 +145,13 @@ func (r *ExternalActionReconciler) checkOutputs(xa *actionsv1alpha1.ExternalActi
 // outputEvalBudget bounds the evaluation of all the expressions of one action's outputs.
 const outputEvalBudget = 2 * time.Second
 
-// holdOutputs evaluates spec.outputs.values on the successful response resp and holds the result in memory
+// Hold evaluates spec.outputs.values on the successful response resp and holds the result in memory
 // until settleOutputs writes it. The expressions see the body as received up to MaxOutputResponseBytes and the
 // headers, with the destination's Secret values replaced by Redacted (DESIGN rule 11: a value read from a
 // Secret goes into the request and nowhere else, so it never reaches an output either).
-func (r *ExternalActionReconciler) holdOutputs(ctx context.Context, xa *actionsv1alpha1.ExternalAction, resp *httpexec.Response, red *redactor) {
+func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction, resp *httpexec.Response, red *redact.Redactor) {
 	h := &heldOutputs{uid: xa.UID}
-	defer r.outputs.Store(types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name}, h)
+	defer mgr.held.Store(types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name}, h)
 	body, _ := red.Body(resp.Body, -1, resp.BodyTruncated)
 	header := make(http.Header, len(resp.Header))
 	for k, vs := range resp.Header {
@@ -118,7 +164,7 @@ func (r *ExternalActionReconciler) holdOutputs(ctx context.Context, xa *actionsv
 	defer cancel()
 	values := make(map[string]string, len(xa.Spec.Outputs.Values))
 	for _, k := range slices.Sorted(maps.Keys(xa.Spec.Outputs.Values)) {
-		p, err := r.Exprs.GetValue(string(xa.Spec.Outputs.Values[k]))
+		p, err := mgr.Exprs.GetValue(string(xa.Spec.Outputs.Values[k]))
 		if err == nil {
 			values[k], err = p.EvalString(ctx, in)
 		}
@@ -134,9 +180,9 @@ func (r *ExternalActionReconciler) holdOutputs(ctx context.Context, xa *actionsv
 	h.values = values
 }
 
-// held returns the outputs held for xa (the same UID), or nil.
-func (r *ExternalActionReconciler) held(xa *actionsv1alpha1.ExternalAction) *heldOutputs {
-	v, ok := r.outputs.Load(types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name})
+// heldFor returns the outputs held for xa (the same UID), or nil.
+func (mgr *Manager) heldFor(xa *actionsv1alpha1.ExternalAction) *heldOutputs {
+	v, ok := mgr.held.Load(types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name})
 	if !ok || v.(*heldOutputs).uid != xa.UID {
 		return nil
 	}
@@ -165,20 +211,20 @@ func outputUIDs(xa *actionsv1alpha1.ExternalAction) []types.UID {
 	return uids
 }
 
-// errOutputConflict marks an output target that exists and was not written by the action.
-var errOutputConflict = errors.New("output target exists")
+// ErrConflict marks an output target that exists and was not written by the action.
+var ErrConflict = errors.New("output target exists")
 
-// checkOutputTarget runs before each claim of an action with spec.outputs: an object with the target's name
+// CheckTarget runs before each claim of an action with spec.outputs: an object with the target's name
 // that the action did not write would make the outputs impossible to write after the send, so nothing is sent
 // while it exists (reason OutputConflict; the action resumes by itself once it is gone). It reads the object's
 // metadata from the API server (an unlabelled object is not in the cache).
-func (r *ExternalActionReconciler) checkOutputTarget(ctx context.Context, xa *actionsv1alpha1.ExternalAction) error {
-	if xa.Spec.Outputs == nil || r.APIReader == nil {
+func (mgr *Manager) CheckTarget(ctx context.Context, xa *actionsv1alpha1.ExternalAction) error {
+	if xa.Spec.Outputs == nil || mgr.APIReader == nil {
 		return nil
 	}
 	kind, name := outputTarget(xa)
 	m := outputMeta(kind)
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: name}, m)
+	err := mgr.APIReader.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: name}, m)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
@@ -189,30 +235,13 @@ func (r *ExternalActionReconciler) checkOutputTarget(ctx context.Context, xa *ac
 	}
 	return fmt.Errorf("%w: %s %s/%s exists and was not created by this action; nothing is sent while it exists, "+
 		"because the outputs could not be written after the send and an existing object is never changed. "+
-		"Delete or rename that %s, and the action proceeds", errOutputConflict, kind, xa.Namespace, name, kind)
+		"Delete or rename that %s, and the action proceeds", ErrConflict, kind, xa.Namespace, name, kind)
 }
 
-// waitOnOutputTarget records a target that blocks the send (checkOutputTarget) like an unusable destination:
-// Stalled True with reason OutputConflict, the phase kept, a Warning Event, and a look again after
-// destinationRecheck (an unlabelled object has no watch).
-func (r *ExternalActionReconciler) waitOnOutputTarget(ctx context.Context, xa *actionsv1alpha1.ExternalAction, err error, env ledger.Env) (ctrl.Result, error) {
-	if !errors.Is(err, errOutputConflict) {
-		return ctrl.Result{}, err
-	}
-	step := ledger.Blocked(&xa.Status, actionsv1alpha1.ReasonOutputConflict, err.Error(), env)
-	if step.Status != nil {
-		step.Event = &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonOutputConflict, Message: err.Error()}
-	}
-	if _, aerr := r.apply(ctx, xa, step, ""); aerr != nil {
-		return ctrl.Result{}, aerr
-	}
-	return ctrl.Result{RequeueAfter: destinationRecheck}, nil
-}
-
-// newOutputObject builds the target for values: labelled LabelOutput, annotated with the action's name and UID,
+// newObject builds the target for values: labelled LabelOutput, annotated with the action's name and UID,
 // and, unless outputs.retain, controlled by the action (ownerReference with controller true), so that garbage
 // collection deletes it with the action.
-func (r *ExternalActionReconciler) newOutputObject(xa *actionsv1alpha1.ExternalAction, values map[string]string) (client.Object, error) {
+func (mgr *Manager) newObject(xa *actionsv1alpha1.ExternalAction, values map[string]string) (client.Object, error) {
 	kind, name := outputTarget(xa)
 	om := metav1.ObjectMeta{
 		Namespace:   xa.Namespace,
@@ -231,28 +260,28 @@ func (r *ExternalActionReconciler) newOutputObject(xa *actionsv1alpha1.ExternalA
 		obj = &corev1.Secret{ObjectMeta: om, Type: corev1.SecretTypeOpaque, Data: data}
 	}
 	if !xa.Spec.Outputs.Retain {
-		if err := controllerutil.SetControllerReference(xa, obj, r.Scheme); err != nil {
+		if err := controllerutil.SetControllerReference(xa, obj, mgr.Scheme); err != nil {
 			return nil, fmt.Errorf("setting the output's ownerReference: %w", err)
 		}
 	}
 	return obj, nil
 }
 
-// writeOutputs creates the target with values. An existing object is never changed: it is already written when
+// write creates the target with values. An existing object is never changed: it is already written when
 // this action wrote it (a write repeated after a failed status write), and a conflict otherwise. Errors other
 // than those outcomes are returned, and the values stay held.
-func (r *ExternalActionReconciler) writeOutputs(ctx context.Context, xa *actionsv1alpha1.ExternalAction,
+func (mgr *Manager) write(ctx context.Context, xa *actionsv1alpha1.ExternalAction,
 	values map[string]string) (actionsv1alpha1.OutputsStatus, string, error) {
 	kind, name := outputTarget(xa)
 	out := actionsv1alpha1.OutputsStatus{Kind: kind, Name: name}
-	obj, err := r.newOutputObject(xa, values)
+	obj, err := mgr.newObject(xa, values)
 	if err != nil {
 		return out, "", err
 	}
-	err = r.Create(ctx, obj)
+	err = mgr.Client.Create(ctx, obj)
 	if apierrors.IsAlreadyExists(err) {
 		m := outputMeta(kind)
-		if gerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), m); gerr != nil {
+		if gerr := mgr.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), m); gerr != nil {
 			return out, "", fmt.Errorf("reading the existing %s %s/%s: %w", kind, xa.Namespace, name, gerr)
 		}
 		if ownedOutput(m, xa.UID) {
@@ -268,40 +297,40 @@ func (r *ExternalActionReconciler) writeOutputs(ctx context.Context, xa *actions
 	switch {
 	case err == nil:
 		out.Reason, out.Keys = actionsv1alpha1.ReasonOutputsWritten, slices.Sorted(maps.Keys(values))
-		out.WrittenAt = &metav1.Time{Time: r.Clock.Now()}
+		out.WrittenAt = &metav1.Time{Time: mgr.Clock.Now()}
 		return out, fmt.Sprintf("succeeded; the outputs were written to %s %s/%s (keys %s)", kind, xa.Namespace, name,
 			strings.Join(out.Keys, ", ")), nil
 	case apierrors.IsInvalid(err) || apierrors.IsRequestEntityTooLargeError(err):
 		out.Reason = actionsv1alpha1.ReasonOutputRefused
 		return out, fmt.Sprintf("the API server refused %s %s/%s (%s): the outputs were not written, and nothing is "+
 			"sent again. Keep the values under the 1 MiB limit of a %s in the next action", kind, xa.Namespace, name,
-			invalidFields(err), kind), nil
+			status.InvalidFields(err), kind), nil
 	}
 	return out, "", fmt.Errorf("creating %s %s/%s (spec.outputs; the values stay in memory): %w", kind, xa.Namespace, name, err)
 }
 
-// settleOutputs decides and records how the outputs of xa, a Succeeded action read from the API server with
+// Settle decides and records how the outputs of xa, a Succeeded action read from the API server with
 // status.outputs unset, end: written from the values held in memory (or their failed expression), else found
 // written by this action before a restart, else (a replay) the retained target of the earlier object, else
 // lost (OutputLost) or never available (OutputsNotAvailable). The values are dropped from memory once the
 // decision is recorded.
-func (r *ExternalActionReconciler) settleOutputs(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
+func (mgr *Manager) Settle(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
 	kind, name := outputTarget(xa)
 	out := actionsv1alpha1.OutputsStatus{Kind: kind, Name: name}
 	var msg string
-	switch h := r.held(xa); {
+	switch h := mgr.heldFor(xa); {
 	case h != nil && h.err != nil:
 		out.Reason = actionsv1alpha1.ReasonOutputExpressionFailed
 		msg = fmt.Sprintf("%v; nothing was written to %s %s/%s, and nothing is sent again. The recorded response is in "+
 			"status.response; correct the expression in the next action", h.err, kind, xa.Namespace, name)
 	case h != nil:
 		var err error
-		if out, msg, err = r.writeOutputs(ctx, xa, h.values); err != nil {
+		if out, msg, err = mgr.write(ctx, xa, h.values); err != nil {
 			return ctrl.Result{}, err
 		}
 	default:
 		var err error
-		if out, msg, err = r.findOutputs(ctx, xa); err != nil {
+		if out, msg, err = mgr.find(ctx, xa); err != nil {
 			if e, ok := errors.AsType[*outputsHeldElsewhere](err); ok {
 				log.FromContext(ctx).V(1).Info("outputs not held here; waiting for the shard that may hold them", "wait", e.wait)
 				return ctrl.Result{RequeueAfter: e.wait}, nil
@@ -309,32 +338,32 @@ func (r *ExternalActionReconciler) settleOutputs(ctx context.Context, xa *action
 			return ctrl.Result{}, err
 		}
 	}
-	env := r.envFor(xa, nil, retry.Policy{}, 0, r.Clock.Now())
+	env := mgr.Env(xa)
 	step := ledger.SettleOutputs(&xa.Status, out, msg, env)
 	if step.Status == nil {
-		r.outputs.Delete(client.ObjectKeyFromObject(xa))
+		mgr.held.Delete(client.ObjectKeyFromObject(xa))
 		return ctrl.Result{}, nil
 	}
 	// On a Conflict the values stay held: the next try finds the object it wrote (writeOutputs) and records it.
-	res, written, err := r.writeOutputsStep(ctx, xa, step)
+	res, written, err := mgr.writeStep(ctx, xa, step)
 	if written {
-		r.outputs.Delete(client.ObjectKeyFromObject(xa))
+		mgr.held.Delete(client.ObjectKeyFromObject(xa))
 	}
 	return res, err
 }
 
-// findOutputs settles outputs of which nothing is held in memory, from what exists: the target written by this
+// find settles outputs of which nothing is held in memory, from what exists: the target written by this
 // action (the process stopped after the write and before recording it), the retained target of the earlier
 // object on a replay (OutputsRetained), or nothing: OutputLost when the values were held by a process that is
 // gone, OutputsNotAvailable when the outcome never had a response to take them from.
-func (r *ExternalActionReconciler) findOutputs(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (actionsv1alpha1.OutputsStatus, string, error) {
+func (mgr *Manager) find(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (actionsv1alpha1.OutputsStatus, string, error) {
 	kind, name := outputTarget(xa)
 	out := actionsv1alpha1.OutputsStatus{Kind: kind, Name: name}
 	var obj client.Object = &corev1.Secret{}
 	if kind == kindConfigMap {
 		obj = &corev1.ConfigMap{}
 	}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: name}, obj)
+	err := mgr.APIReader.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: name}, obj)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return out, "", fmt.Errorf("reading %s %s/%s (spec.outputs): %w", kind, xa.Namespace, name, err)
 	}
@@ -342,7 +371,7 @@ func (r *ExternalActionReconciler) findOutputs(ctx context.Context, xa *actionsv
 	// about to delete it with that object.
 	retained := err == nil && !ownedOutput(obj, xa.UID) && ownedOutput(obj, outputUIDs(xa)...) && metav1.GetControllerOfNoCopy(obj) == nil
 	if err == nil && (ownedOutput(obj, xa.UID) || retained) {
-		out.Reason, out.WrittenAt = actionsv1alpha1.ReasonOutputsWritten, &metav1.Time{Time: r.Clock.Now()}
+		out.Reason, out.WrittenAt = actionsv1alpha1.ReasonOutputsWritten, &metav1.Time{Time: mgr.Clock.Now()}
 		if retained {
 			out.Reason = actionsv1alpha1.ReasonOutputsRetained
 		}
@@ -362,7 +391,7 @@ func (r *ExternalActionReconciler) findOutputs(ctx context.Context, xa *actionsv
 		return out, fmt.Sprintf("succeeded; the outputs were written to %s %s/%s", kind, xa.Namespace, name), nil
 	}
 	if ledger.OutputsHeld(&xa.Status) {
-		if wait := r.outputLostGrace(xa); wait > 0 {
+		if wait := mgr.lostGrace(xa); wait > 0 {
 			return out, "", &outputsHeldElsewhere{wait: wait}
 		}
 		out.Reason = actionsv1alpha1.ReasonOutputLost
@@ -385,30 +414,30 @@ func (r *ExternalActionReconciler) findOutputs(ctx context.Context, xa *actionsv
 	return out, msg, nil
 }
 
-// reconcileOutputs handles spec.outputs of a Succeeded action (cached: possibly trimmed): settle outputs not
+// Reconcile handles spec.outputs of a Succeeded action (cached: possibly trimmed): settle outputs not
 // yet settled (on a copy read from the API server), or notice that a written target is gone (OutputMissing; it
 // is not re-created). done reports that the caller returns res and err.
-func (r *ExternalActionReconciler) reconcileOutputs(ctx context.Context, cached *actionsv1alpha1.ExternalAction) (ctrl.Result, bool, error) {
+func (mgr *Manager) Reconcile(ctx context.Context, cached *actionsv1alpha1.ExternalAction) (ctrl.Result, bool, error) {
 	out := cached.Status.Outputs
 	if out != nil && out.Reason != actionsv1alpha1.ReasonOutputsWritten && out.Reason != actionsv1alpha1.ReasonOutputsRetained {
-		r.outputs.Delete(client.ObjectKeyFromObject(cached))
+		mgr.held.Delete(client.ObjectKeyFromObject(cached))
 		return ctrl.Result{}, false, nil
 	}
 	if out != nil {
-		gone, err := r.outputGone(ctx, cached)
+		gone, err := mgr.gone(ctx, cached)
 		if err != nil || !gone {
 			return ctrl.Result{}, err != nil, err
 		}
 	}
 	xa := &actionsv1alpha1.ExternalAction{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cached), xa); err != nil {
+	if err := mgr.APIReader.Get(ctx, client.ObjectKeyFromObject(cached), xa); err != nil {
 		return ctrl.Result{}, true, client.IgnoreNotFound(err)
 	}
 	if xa.Status.Phase != actionsv1alpha1.PhaseSucceeded || !xa.DeletionTimestamp.IsZero() {
 		return ctrl.Result{RequeueAfter: time.Millisecond}, true, nil
 	}
 	if xa.Status.Outputs == nil {
-		res, err := r.settleOutputs(ctx, xa)
+		res, err := mgr.Settle(ctx, xa)
 		return res, true, err
 	}
 	if out == nil || xa.Status.Outputs.Reason != out.Reason {
@@ -418,50 +447,40 @@ func (r *ExternalActionReconciler) reconcileOutputs(ctx context.Context, cached 
 	missing.Reason = actionsv1alpha1.ReasonOutputMissing
 	step := ledger.SettleOutputs(&xa.Status, missing, fmt.Sprintf("%s %s/%s was deleted after the outputs were written; "+
 		"it is not re-created, because the values are kept nowhere else, and nothing is sent again",
-		missing.Kind, xa.Namespace, missing.Name), r.envFor(xa, nil, retry.Policy{}, 0, r.Clock.Now()))
-	res, _, err := r.writeOutputsStep(ctx, xa, step)
+		missing.Kind, xa.Namespace, missing.Name), mgr.Env(xa))
+	res, _, err := mgr.writeStep(ctx, xa, step)
 	return res, true, err
 }
 
-// writeOutputsStep writes a step of ledger.SettleOutputs (the phase stays Succeeded, so none of afterWrite's
-// terminal bookkeeping is repeated) and emits its event after the write; written reports that it was written.
-// A Conflict looks again shortly.
-func (r *ExternalActionReconciler) writeOutputsStep(ctx context.Context, xa *actionsv1alpha1.ExternalAction,
+// writeStep writes a step of ledger.SettleOutputs with the status writer (the phase stays Succeeded, so none
+// of the terminal bookkeeping is repeated); written reports that it was written. A Conflict looks again
+// shortly (requeueConflict).
+func (mgr *Manager) writeStep(ctx context.Context, xa *actionsv1alpha1.ExternalAction,
 	step ledger.Step) (res ctrl.Result, written bool, err error) {
 	if step.Status == nil {
 		return ctrl.Result{}, false, nil
 	}
-	upd := xa.DeepCopy()
-	upd.Status = *step.Status
-	if err := r.updateStatus(ctx, upd); err != nil {
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, false, nil
-		}
-		if errors.Is(err, errStatusRefused) {
-			return ctrl.Result{}, false, r.refused(upd, "the outputs' status", err)
-		}
-		return ctrl.Result{}, false, client.IgnoreNotFound(err)
+	upd, err := mgr.Writer.Apply(ctx, xa, step, "")
+	if err != nil || upd == nil {
+		return ctrl.Result{RequeueAfter: requeueConflict}, false, err
 	}
 	log.FromContext(ctx).Info("outputs settled", "reason", upd.Status.Outputs.Reason, "kind", upd.Status.Outputs.Kind,
 		"name", upd.Status.Outputs.Name, "keys", len(upd.Status.Outputs.Keys))
-	if step.Event != nil {
-		r.event(upd, step.Event)
-	}
-	return requeueAt(step.At, r.Clock.Now()), true, nil
+	return requeueAt(step.At, mgr.Clock.Now()), true, nil
 }
 
-// outputGone reports whether the written target of xa no longer exists (or was replaced by an object the action
+// gone reports whether the written target of xa no longer exists (or was replaced by an object the action
 // did not write). The label-filtered metadata cache answers "present"; "absent" is confirmed with the API server,
 // since the cache may not have seen the object just created.
-func (r *ExternalActionReconciler) outputGone(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (bool, error) {
+func (mgr *Manager) gone(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (bool, error) {
 	kind, name := xa.Status.Outputs.Kind, xa.Status.Outputs.Name
 	key := types.NamespacedName{Namespace: xa.Namespace, Name: name}
 	m := outputMeta(kind)
-	if err := r.Get(ctx, key, m); err == nil && ownedOutput(m, outputUIDs(xa)...) {
+	if err := mgr.Client.Get(ctx, key, m); err == nil && ownedOutput(m, outputUIDs(xa)...) {
 		return false, nil
 	}
 	m = outputMeta(kind)
-	err := r.APIReader.Get(ctx, key, m)
+	err := mgr.APIReader.Get(ctx, key, m)
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, nil
@@ -471,8 +490,8 @@ func (r *ExternalActionReconciler) outputGone(ctx context.Context, xa *actionsv1
 	return !ownedOutput(m, outputUIDs(xa)...), nil
 }
 
-// actionOfOutput maps an output object (metadata from the label-filtered cache) to the action that wrote it.
-func actionOfOutput(_ context.Context, obj client.Object) []reconcile.Request {
+// ActionOf maps an output object (metadata from the label-filtered cache) to the action that wrote it.
+func ActionOf(_ context.Context, obj client.Object) []reconcile.Request {
 	name := obj.GetAnnotations()[actionsv1alpha1.AnnotationOutputOf]
 	if name == "" {
 		return nil
@@ -480,10 +499,10 @@ func actionOfOutput(_ context.Context, obj client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
 }
 
-// OutputLostGrace is how long after an action's completedAt a sharded manager (--watch-label-selector) that
+// LostGrace is how long after an action's completedAt a sharded manager (--watch-label-selector) that
 // holds no output values waits before it records OutputLost: the shard the action was moved away from may
 // still hold them and be writing the target (its movedAway path). Two shard lease durations (30 s).
-const OutputLostGrace = 30 * time.Second
+const LostGrace = 30 * time.Second
 
 // outputsHeldElsewhere: findOutputs found neither values nor a target, but another shard may still hold the
 // values; ask again after wait.
@@ -493,11 +512,11 @@ func (e *outputsHeldElsewhere) Error() string {
 	return fmt.Sprintf("the outputs may be held by another shard; asking again in %s", e.wait)
 }
 
-// outputLostGrace returns how much longer a manager must wait before recording OutputLost on xa: only a
-// sharded manager waits (another shard may hold the values), until OutputLostGrace after completedAt.
-func (r *ExternalActionReconciler) outputLostGrace(xa *actionsv1alpha1.ExternalAction) time.Duration {
-	if r.Shards == nil || xa.Status.CompletedAt == nil {
+// lostGrace returns how much longer a manager must wait before recording OutputLost on xa: only a
+// sharded manager waits (another shard may hold the values), until LostGrace after completedAt.
+func (mgr *Manager) lostGrace(xa *actionsv1alpha1.ExternalAction) time.Duration {
+	if !mgr.Sharded || xa.Status.CompletedAt == nil {
 		return 0
 	}
-	return max(xa.Status.CompletedAt.Add(OutputLostGrace).Sub(r.Clock.Now()), 0)
+	return max(xa.Status.CompletedAt.Add(LostGrace).Sub(mgr.Clock.Now()), 0)
 }

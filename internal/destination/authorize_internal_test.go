@@ -1,4 +1,4 @@
-package controller
+package destination
 
 import (
 	"errors"
@@ -19,8 +19,8 @@ func TestAuthorizeClass(t *testing.T) {
 		{fmt.Errorf("post-check: %w", &signingError{err: errors.New("x")}), httpexec.ClassSigningFailed},
 		{errors.New("oauth2 token endpoint: answered HTTP 503"), httpexec.ClassTokenUnavailable},
 	} {
-		if got := authorizeClass(c.err); got != c.want {
-			t.Errorf("authorizeClass(%v) = %s, want %s", c.err, got, c.want)
+		if got := ErrorClass(c.err); got != c.want {
+			t.Errorf("ErrorClass(%v) = %s, want %s", c.err, got, c.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package controller
+package objects
 
 import (
 	"context"
@@ -17,28 +17,28 @@ import (
 	"github.com/actionledger/actionledger/internal/tombstone"
 )
 
-// ObjectStore keeps tombstones as ActionTombstone objects named like their action, in its namespace (the
+// Store keeps tombstones as ActionTombstone objects named like their action, in its namespace (the
 // default store, nothing to install). Lookups are proven absent by Index without a read when it can, else read
 // live from Reader (never from the informer cache: a tombstone written a moment ago by the previous object's
 // finalizer must be seen). Expiry is TombstoneReconciler's, each tombstone requeued for its own expiresAt;
 // Expire is the same deletion in one pass.
-type ObjectStore struct {
+type Store struct {
 	// Client creates and updates tombstones.
 	Client client.Client
 	// Reader reads tombstones live from the API server (the manager's APIReader).
 	Reader client.Reader
 	// Index proves a new key has no tombstone without a read; nil reads every lookup live.
-	Index *TombstoneIndex
+	Index *Index
 }
 
-var _ tombstone.Store = (*ObjectStore)(nil)
+var _ tombstone.Store = (*Store)(nil)
 
 // Name is tombstone.StoreObjects.
-func (s *ObjectStore) Name() string { return tombstone.StoreObjects }
+func (s *Store) Name() string { return tombstone.StoreObjects }
 
 // Lookup returns xa's ActionTombstone, nil when the index proves it absent or the API server has none, or the
 // API server's error.
-func (s *ObjectStore) Lookup(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (*tombstone.Record, error) {
+func (s *Store) Lookup(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (*tombstone.Record, error) {
 	if s.Index != nil {
 		absent, err := s.Index.Absent(ctx, xa)
 		if err != nil {
@@ -64,7 +64,7 @@ func (s *ObjectStore) Lookup(ctx context.Context, xa *actionsv1alpha1.ExternalAc
 // Write creates rec's ActionTombstone, or updates the existing one when tombstone.NeedsWrite says so (retried
 // on a Conflict with a concurrent writer). A namespace that is terminating refuses the create; that error is
 // returned as the API server gave it (apierrors.HasStatusCause finds corev1.NamespaceTerminatingCause).
-func (s *ObjectStore) Write(ctx context.Context, rec *tombstone.Record, writer types.UID) error {
+func (s *Store) Write(ctx context.Context, rec *tombstone.Record, writer types.UID) error {
 	ts := &actionsv1alpha1.ActionTombstone{
 		ObjectMeta: metav1.ObjectMeta{Namespace: rec.Namespace, Name: rec.Name,
 			Labels: map[string]string{"app.kubernetes.io/managed-by": "actionledger"}},
@@ -96,7 +96,7 @@ func (s *ObjectStore) Write(ctx context.Context, rec *tombstone.Record, writer t
 
 // Expire deletes up to limit ActionTombstones past expiresAt, each with UID and resourceVersion preconditions
 // (a tombstone rewritten meanwhile is kept). It lists every tombstone, 500 a page.
-func (s *ObjectStore) Expire(ctx context.Context, now time.Time, limit int) (int, error) {
+func (s *Store) Expire(ctx context.Context, now time.Time, limit int) (int, error) {
 	n := 0
 	list := &actionsv1alpha1.ActionTombstoneList{}
 	opts := []client.ListOption{client.Limit(500)}

@@ -1,4 +1,4 @@
-package controller
+package destination
 
 import (
 	"testing"
@@ -13,8 +13,8 @@ func TestLimiterReasonsMapToAPIReasons(t *testing.T) {
 		limiter.ReasonRateLimited:          actionsv1alpha1.ReasonRateLimited,
 		limiter.ReasonRetryBudgetExhausted: actionsv1alpha1.ReasonRetryBudgetExhausted,
 	} {
-		if got := limiterReason(in); got != want {
-			t.Errorf("limiterReason(%q) = %q, want %q", in, got, want)
+		if got := LimiterReason(in); got != want {
+			t.Errorf("LimiterReason(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

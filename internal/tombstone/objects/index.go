@@ -1,4 +1,4 @@
-package controller
+package objects
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 )
 
-// TombstoneIndex answers "this key has no tombstone" without a read per action, and says when it cannot.
+// Index answers "this key has no tombstone" without a read per action, and says when it cannot.
 //
 // A tombstone of key K is written while an object named K exists (collect, or its finalizer, DESIGN rules 7
 // and 8), so before that object's deletion; a new object named K is created only after that deletion. So a
@@ -37,7 +37,7 @@ import (
 // "unknown", and the caller reads the tombstone live. The happy path (a new name) costs no read; a re-created
 // key costs one GET, as before. The snapshot costs one paginated metadata LIST at start and after each re-list
 // of the ExternalAction informer (RelistHook), or when the deleted set reaches MaxDeleted.
-type TombstoneIndex struct {
+type Index struct {
 	// Reader lists tombstones from the API server (the manager's APIReader).
 	Reader client.Reader
 	// MaxDeleted bounds the deleted set; reaching it takes a new snapshot, which empties it. Default 10,000.
@@ -57,14 +57,14 @@ type TombstoneIndex struct {
 	snapMu   sync.Mutex                    // one snapshot LIST at a time
 }
 
-// NewTombstoneIndex returns an index reading snapshots through reader.
-func NewTombstoneIndex(reader client.Reader) *TombstoneIndex {
-	return &TombstoneIndex{Reader: reader, deleted: map[types.NamespacedName]bool{}, advanced: make(chan struct{})}
+// NewIndex returns an index reading snapshots through reader.
+func NewIndex(reader client.Reader) *Index {
+	return &Index{Reader: reader, deleted: map[types.NamespacedName]bool{}, advanced: make(chan struct{})}
 }
 
 // Absent reports true only when no tombstone of xa's namespace/name can exist that was written before xa was
-// created (see TombstoneIndex). false means unknown: read it live. err is a failed snapshot LIST.
-func (ix *TombstoneIndex) Absent(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (bool, error) {
+// created (see Index). false means unknown: read it live. err is a failed snapshot LIST.
+func (ix *Index) Absent(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (bool, error) {
 	if !ix.waitSeen(ctx, xa.ResourceVersion) {
 		return false, nil
 	}
@@ -90,7 +90,7 @@ func (ix *TombstoneIndex) Absent(ctx context.Context, xa *actionsv1alpha1.Extern
 }
 
 // waitSeen waits up to HandlerWait for the handler to have seen rv; false when it has not.
-func (ix *TombstoneIndex) waitSeen(ctx context.Context, rv string) bool {
+func (ix *Index) waitSeen(ctx context.Context, rv string) bool {
 	wait := ix.HandlerWait
 	if wait <= 0 {
 		wait = 200 * time.Millisecond
@@ -119,7 +119,7 @@ func (ix *TombstoneIndex) waitSeen(ctx context.Context, rv string) bool {
 // snapshot lists the names of all tombstones (metadata only, paginated, one consistent read) unless a snapshot
 // at the current generation exists. The deleted set is emptied as the LIST begins: every deletion seen so far
 // happened before it, so its tombstone is in the snapshot.
-func (ix *TombstoneIndex) snapshot(ctx context.Context) error {
+func (ix *Index) snapshot(ctx context.Context) error {
 	ix.snapMu.Lock()
 	defer ix.snapMu.Unlock()
 	ix.mu.Lock()
@@ -156,7 +156,7 @@ func (ix *TombstoneIndex) snapshot(ctx context.Context) error {
 }
 
 // observe records an ExternalAction event: its resourceVersion, and its key when it was deleted.
-func (ix *TombstoneIndex) observe(obj any, deleted bool) {
+func (ix *Index) observe(obj any, deleted bool) {
 	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		// Seen in a re-list, not in the watch: its resourceVersion is stale; only the key counts.
 		if ns, name, err := toolscache.SplitMetaNamespaceKey(d.Key); err == nil {
@@ -190,7 +190,7 @@ func (ix *TombstoneIndex) observe(obj any, deleted bool) {
 }
 
 // Handler is the event handler to add to the manager's ExternalAction informer.
-func (ix *TombstoneIndex) Handler() toolscache.ResourceEventHandler {
+func (ix *Index) Handler() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { ix.observe(obj, false) },
 		UpdateFunc: func(_, obj any) { ix.observe(obj, false) },
@@ -200,13 +200,13 @@ func (ix *TombstoneIndex) Handler() toolscache.ResourceEventHandler {
 
 // relistStarted and relistDone bracket a (re)list of the ExternalAction informer: no snapshot is trusted or taken
 // in between, and the snapshot that follows is taken after the list completed.
-func (ix *TombstoneIndex) relistStarted() {
+func (ix *Index) relistStarted() {
 	ix.mu.Lock()
 	ix.relist = true
 	ix.mu.Unlock()
 }
 
-func (ix *TombstoneIndex) relistDone() {
+func (ix *Index) relistDone() {
 	ix.mu.Lock()
 	ix.relist = false
 	ix.gen++
@@ -217,14 +217,14 @@ func (ix *TombstoneIndex) relistDone() {
 // index knows when a (re)list starts and completes: a LIST call, or a watch-list (sendInitialEvents) until its
 // initial-events-end bookmark. Objects that came and went during a gap in the watch are never seen by the
 // handler; the snapshot taken after the re-list covers their tombstones.
-func (ix *TombstoneIndex) RelistHook(lw toolscache.ListerWatcher) toolscache.ListerWatcher {
+func (ix *Index) RelistHook(lw toolscache.ListerWatcher) toolscache.ListerWatcher {
 	return &relistWatcher{inner: toolscache.ToListerWatcherWithContext(lw), orig: lw, ix: ix}
 }
 
 type relistWatcher struct {
 	inner toolscache.ListerWatcherWithContext
 	orig  toolscache.ListerWatcher
-	ix    *TombstoneIndex
+	ix    *Index
 }
 
 // IsWatchListSemanticsUnSupported passes on the wrapped ListerWatcher's answer (client-go's reflector asks it

@@ -1,4 +1,4 @@
-package controller
+package objects
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func TestTombstoneIndexRelists(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := &actionsv1alpha1.ActionTombstone{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "old"}}
-	ix := NewTombstoneIndex(fake.NewClientBuilder().WithScheme(scheme).WithObjects(old).Build())
+	ix := NewIndex(fake.NewClientBuilder().WithScheme(scheme).WithObjects(old).Build())
 	ix.HandlerWait = 1 // do not wait for the handler in this test
 	ctx := context.Background()
 	xa := func(name, rv string) *actionsv1alpha1.ExternalAction {

@@ -1,11 +1,9 @@
-package controller
+package redact
 
 import (
 	"strings"
 	"testing"
 	"unicode/utf8"
-
-	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 )
 
 func TestRedactString(t *testing.T) {
@@ -28,20 +26,20 @@ func TestRedactString(t *testing.T) {
 			`malformed MIME header line: X-Echo: [REDACTED]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := newRedactor(tc.values...).String(tc.in); got != tc.want {
+			if got := New(tc.values...).String(tc.in); got != tc.want {
 				t.Errorf("String(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 		})
 	}
-	var nilR *redactor
-	if got := nilR.String("x"); got != "x" || nilR.longest() != 0 {
-		t.Errorf("nil redactor changed %q or has longest %d", got, nilR.longest())
+	var nilR *Redactor
+	if got := nilR.String("x"); got != "x" || nilR.Longest() != 0 {
+		t.Errorf("nil redactor changed %q or has longest %d", got, nilR.Longest())
 	}
 }
 
 func TestRedactBodyAtTheCap(t *testing.T) {
 	const secret = "0123456789abcdef" // 16 bytes
-	r := newRedactor(secret)
+	r := New(secret)
 	pad := func(n int) string { return strings.Repeat(".", n) }
 	for _, tc := range []struct {
 		name      string
@@ -84,11 +82,11 @@ func TestRedactBodyAtTheCap(t *testing.T) {
 // Every cut of a body holding a secret, at every offset, keeps no prefix of the secret of MinSecretLength bytes.
 func TestRedactBodyNoPrefixAtAnyOffset(t *testing.T) {
 	const secret = "Bearer tok-9f8e7d6c5b4a" //nolint:gosec // G101: a test credential
-	r := newRedactor(secret, "tok-9f8e7d6c5b4a")
+	r := New(secret, "tok-9f8e7d6c5b4a")
 	const limit = 40
 	for off := range 60 {
 		full := strings.Repeat("-", off) + secret + strings.Repeat("-", 30)
-		window := full[:min(len(full), limit+r.longest())]
+		window := full[:min(len(full), limit+r.Longest())]
 		got, _ := r.Body([]byte(window), limit, len(window) < len(full))
 		for k := MinSecretLength; k <= len(secret); k++ {
 			if strings.Contains(got, secret[:k]) || strings.Contains(got, "tok-9f8e7d6c5b4a"[:min(k, 16)]) {
@@ -101,31 +99,8 @@ func TestRedactBodyNoPrefixAtAnyOffset(t *testing.T) {
 func TestCutUTF8(t *testing.T) {
 	s := "aé€😀" // 1 + 2 + 3 + 4 bytes
 	for n, want := range map[int]string{0: "", 1: "a", 2: "a", 3: "aé", 5: "aé", 6: "aé€", 9: "aé€", 10: s, 99: s} {
-		if got := cutUTF8(s, n); got != want || !utf8.ValidString(got) {
-			t.Errorf("cutUTF8(%q, %d) = %q, want %q", s, n, got, want)
+		if got := CutUTF8(s, n); got != want || !utf8.ValidString(got) {
+			t.Errorf("CutUTF8(%q, %d) = %q, want %q", s, n, got, want)
 		}
-	}
-}
-
-func TestBoundStatus(t *testing.T) {
-	long := strings.Repeat("é", 5000) // 10000 bytes
-	st := &actionsv1alpha1.ExternalActionStatus{
-		AttemptHistory: []actionsv1alpha1.AttemptRecord{{Number: 1, RetryAfter: strings.Repeat("9", 200)}},
-		LastError:      long,
-		Response: &actionsv1alpha1.ResponseRecord{StatusCode: 503, Body: long,
-			Headers: map[string]string{"Location": long}},
-	}
-	boundStatus(st)
-	if got := st.AttemptHistory[0].RetryAfter; len(got) != actionsv1alpha1.MaxRetryAfterLength {
-		t.Errorf("retryAfter has %d bytes", len(got))
-	}
-	for name, v := range map[string]string{"lastError": st.LastError, "body": st.Response.Body, "Location": st.Response.Headers["Location"]} {
-		if !utf8.ValidString(v) || len(v) > actionsv1alpha1.MaxResponseBodyLength {
-			t.Errorf("%s: %d bytes, valid UTF-8 %v", name, len(v), utf8.ValidString(v))
-		}
-	}
-	if len(st.Response.Headers["Location"]) > actionsv1alpha1.MaxResponseHeaderValueLength || !st.Response.BodyTruncated ||
-		len(st.LastError) > actionsv1alpha1.MaxLastErrorLength {
-		t.Errorf("bounds not applied: %d, %v, %d", len(st.Response.Headers["Location"]), st.Response.BodyTruncated, len(st.LastError))
 	}
 }

@@ -1,4 +1,4 @@
-package controller
+package redact
 
 import (
 	"cmp"
@@ -17,16 +17,16 @@ const Redacted = "[REDACTED]"
 // redacted, when shorter.
 const MinSecretLength = 4
 
-// redactor replaces the Secret values of one destination with Redacted. It is pure and safe for concurrent
+// Redactor replaces the Secret values of one destination with Redacted. It is pure and safe for concurrent
 // use; the zero value (and nil) redacts nothing.
-type redactor struct {
+type Redactor struct {
 	// values are distinct, at least MinSecretLength bytes long, longest first.
 	values []string
 }
 
-// newRedactor returns a redactor for values; values shorter than MinSecretLength are ignored (the caller
+// New returns a redactor for values; values shorter than MinSecretLength are ignored (the caller
 // refuses those it must not send) and duplicates are dropped.
-func newRedactor(values ...string) *redactor {
+func New(values ...string) *Redactor {
 	var vs []string
 	for _, v := range values {
 		if len(v) >= MinSecretLength && !slices.Contains(vs, v) {
@@ -34,19 +34,19 @@ func newRedactor(values ...string) *redactor {
 		}
 	}
 	slices.SortStableFunc(vs, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
-	return &redactor{values: vs}
+	return &Redactor{values: vs}
 }
 
-// with returns a redactor for r's values plus values (r itself is not changed).
-func (r *redactor) with(values ...string) *redactor {
+// With returns a redactor for r's values plus values (r itself is not changed).
+func (r *Redactor) With(values ...string) *Redactor {
 	if r == nil {
-		return newRedactor(values...)
+		return New(values...)
 	}
-	return newRedactor(append(append([]string(nil), r.values...), values...)...)
+	return New(append(append([]string(nil), r.values...), values...)...)
 }
 
-// longest is the length of the longest value, in bytes (0 without values).
-func (r *redactor) longest() int {
+// Longest is the length of the longest value, in bytes (0 without values).
+func (r *Redactor) Longest() int {
 	if r == nil || len(r.values) == 0 {
 		return 0
 	}
@@ -55,7 +55,7 @@ func (r *redactor) longest() int {
 
 // String returns s with every occurrence of every value replaced by Redacted. Overlapping or adjacent
 // occurrences (of one value or of several) become one Redacted, so no fragment of either is left.
-func (r *redactor) String(s string) string {
+func (r *Redactor) String(s string) string {
 	out, _ := r.cut(s, -1, false)
 	return out
 }
@@ -65,18 +65,18 @@ func (r *redactor) String(s string) string {
 // (the executor stopped reading): a value may then straddle the end, so the caller should pass at least
 // limit+longest() bytes when it has them, and any tail of the result that is a prefix of a value is
 // dropped, so a value cut at the boundary leaves no part of itself behind.
-func (r *redactor) Body(body []byte, limit int, more bool) (string, bool) {
+func (r *Redactor) Body(body []byte, limit int, more bool) (string, bool) {
 	return r.cut(string(body), limit, more)
 }
 
 // cut redacts s, then cuts the result to limit bytes (limit < 0: no cut).
-func (r *redactor) cut(s string, limit int, more bool) (string, bool) {
+func (r *Redactor) cut(s string, limit int, more bool) (string, bool) {
 	truncated := more
 	if r != nil && len(r.values) > 0 {
 		s = replaceSpans(s, r.spans(s))
 	}
 	if limit >= 0 && len(s) > limit {
-		s, truncated = cutUTF8(s, limit), true
+		s, truncated = CutUTF8(s, limit), true
 	}
 	if truncated && r != nil {
 		s = r.dropPartialTail(s, limit)
@@ -87,7 +87,7 @@ func (r *redactor) cut(s string, limit int, more bool) (string, bool) {
 type span struct{ start, end int }
 
 // spans are the merged byte ranges of s covered by an occurrence of any value, in order.
-func (r *redactor) spans(s string) []span {
+func (r *Redactor) spans(s string) []span {
 	var all []span
 	for _, v := range r.values {
 		for i := 0; i+len(v) <= len(s); {
@@ -133,7 +133,7 @@ func replaceSpans(s string, spans []span) string {
 // dropPartialTail removes the longest tail of s that is a proper prefix of a value (a value cut at the end).
 // A tail of MinSecretLength bytes or more is replaced by Redacted when that fits in limit (limit < 0: no
 // bound); otherwise, and for a shorter tail, it is dropped silently.
-func (r *redactor) dropPartialTail(s string, limit int) string {
+func (r *Redactor) dropPartialTail(s string, limit int) string {
 	cutAt := len(s)
 	for _, v := range r.values {
 		for k := min(len(v)-1, len(s)); k > 0; k-- {
@@ -152,9 +152,9 @@ func (r *redactor) dropPartialTail(s string, limit int) string {
 	return s[:cutAt]
 }
 
-// cutUTF8 returns at most n bytes of s, cut so that no UTF-8 sequence is split (stepping back at most
+// CutUTF8 returns at most n bytes of s, cut so that no UTF-8 sequence is split (stepping back at most
 // utf8.UTFMax-1 bytes; text that is not UTF-8 is cut at n).
-func cutUTF8(s string, n int) string {
+func CutUTF8(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

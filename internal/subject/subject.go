@@ -1,4 +1,6 @@
-package controller
+// Package subject implements spec.subject: one action at a time per subject and namespace, held by a
+// coordination.k8s.io/v1 Lease taken before every claim.
+package subject
 
 import (
 	"context"
@@ -6,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -13,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -22,13 +25,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
-	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/metrics"
 )
 
 // How spec.subject works (docs/concepts.md, "One action at a time per subject"):
 //
-//   - The hold is a coordination.k8s.io/v1 Lease per namespace and subject, named SubjectLeaseName(subject), whose
+//   - The hold is a coordination.k8s.io/v1 Lease per namespace and subject, named LeaseName(subject), whose
 //     holderIdentity is "<name>/<uid>" of the holding action. It is taken before every claim (holdSubject) with
 //     an optimistic-concurrency write: a Create when there is none, else an Update carrying the resourceVersion it
 //     was read at (a take-over from a holder that is gone or finished, or a touch of our own hold). Two actions, on
@@ -43,33 +45,50 @@ import (
 //     (creationTimestamp, then name) unfinished action on the subject that the cache shows. The Lease, not the
 //     cache, keeps two from being in flight at once.
 
+// Lock takes and releases subject Leases. Set Client, APIReader and Clock; the zero value of the rest is ready.
+type Lock struct {
+	// Client writes Leases and lists actions from the cache (the Field index).
+	Client client.Client
+	// APIReader reads Leases and holders live from the API server.
+	APIReader client.Reader
+	Clock     clock.PassiveClock
+
+	// waits holds when this manager first saw an action wait for its subject (wait-time metric).
+	waits sync.Map // types.NamespacedName -> time.Time
+}
+
+// Forget drops what is held for nn (the object is gone).
+func (l *Lock) Forget(nn types.NamespacedName) { l.waits.Delete(nn) }
+
 const (
-	// SubjectField indexes ExternalActions in the cache by spec.subject (actions without one are not indexed).
-	SubjectField = "spec.subject"
-	// SubjectWaitField indexes waiting ExternalActions by their wait reason (WaitingForSubject or
+	// Field indexes ExternalActions in the cache by spec.subject (actions without one are not indexed).
+	Field = "spec.subject"
+	// WaitField indexes waiting ExternalActions by their wait reason (WaitingForSubject or
 	// SubjectOutcomeUnknown), so that the gauges read only them.
-	SubjectWaitField = "status.subjectWait"
+	WaitField = "status.subjectWait"
 
-	// SubjectLeasePrefix starts the name of every subject Lease.
-	SubjectLeasePrefix = "xa-subject-"
-	// LabelSubjectHash labels a subject Lease with the 20 hex digits of its name (a label value cannot hold the
+	// LeasePrefix starts the name of every subject Lease.
+	LeasePrefix = "xa-subject-"
+	// LabelHash labels a subject Lease with the 20 hex digits of its name (a label value cannot hold the
 	// subject itself, which may contain "/").
-	LabelSubjectHash = "actions.actionledger.dev/subject-hash"
-	// AnnotationSubject carries the subject on its Lease, in full.
-	AnnotationSubject = "actions.actionledger.dev/subject"
+	LabelHash = "actions.actionledger.dev/subject-hash"
+	// Annotation carries the subject on its Lease, in full.
+	Annotation = "actions.actionledger.dev/subject"
 
-	// subjectRecheck is how often a waiting action looks again without a watch event (a safety net).
-	subjectRecheck = 30 * time.Second
+	// recheck is how often a waiting action looks again without a watch event (a safety net).
+	recheck = 30 * time.Second
+	// takeRetry is how soon Hold is tried again after subjectTakeTries lost races for the Lease.
+	takeRetry = 200 * time.Millisecond
 	// subjectTakeTries bounds the optimistic-concurrency writes of one holdSubject call.
 	subjectTakeTries = 4
 	// releaseTimeout bounds a release made outside a reconcile's own context.
 	releaseTimeout = 5 * time.Second
 )
 
-// SubjectLeaseName is the Lease that holds subject in its namespace: "xa-subject-" and the first 20 hex digits
+// LeaseName is the Lease that holds subject in its namespace: "xa-subject-" and the first 20 hex digits
 // (80 bits) of the SHA-256 of the subject.
-func SubjectLeaseName(subject string) string {
-	return SubjectLeasePrefix + subjectHash(subject)
+func LeaseName(subject string) string {
+	return LeasePrefix + subjectHash(subject)
 }
 
 func subjectHash(subject string) string {
@@ -95,17 +114,17 @@ func subjectWaitReason(xa *actionsv1alpha1.ExternalAction) string {
 	return c.Reason
 }
 
-// IndexSubject registers SubjectField and SubjectWaitField with the manager's cache.
-func IndexSubject(ctx context.Context, idx client.FieldIndexer) error {
-	if err := idx.IndexField(ctx, &actionsv1alpha1.ExternalAction{}, SubjectField, func(o client.Object) []string {
+// Index registers Field and WaitField with the manager's cache.
+func Index(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &actionsv1alpha1.ExternalAction{}, Field, func(o client.Object) []string {
 		if xa, ok := o.(*actionsv1alpha1.ExternalAction); ok && xa.Spec.Subject != "" {
 			return []string{xa.Spec.Subject}
 		}
 		return nil
 	}); err != nil {
-		return fmt.Errorf("indexing ExternalActions by %s: %w", SubjectField, err)
+		return fmt.Errorf("indexing ExternalActions by %s: %w", Field, err)
 	}
-	if err := idx.IndexField(ctx, &actionsv1alpha1.ExternalAction{}, SubjectWaitField, func(o client.Object) []string {
+	if err := idx.IndexField(ctx, &actionsv1alpha1.ExternalAction{}, WaitField, func(o client.Object) []string {
 		if xa, ok := o.(*actionsv1alpha1.ExternalAction); ok {
 			if r := subjectWaitReason(xa); r != "" {
 				return []string{r}
@@ -113,21 +132,21 @@ func IndexSubject(ctx context.Context, idx client.FieldIndexer) error {
 		}
 		return nil
 	}); err != nil {
-		return fmt.Errorf("indexing ExternalActions by %s: %w", SubjectWaitField, err)
+		return fmt.Errorf("indexing ExternalActions by %s: %w", WaitField, err)
 	}
 	return nil
 }
 
-// holdSubject makes sure xa holds its subject before a claim. held true: the Lease names xa, written by this
-// call with optimistic concurrency. held false: xa waits (its status says for whom; res says when to look again).
-func (r *ExternalActionReconciler) holdSubject(ctx context.Context, xa *actionsv1alpha1.ExternalAction, env ledger.Env) (
-	held bool, res ctrl.Result, err error) {
-	nn := types.NamespacedName{Namespace: xa.Namespace, Name: SubjectLeaseName(xa.Spec.Subject)}
+// Hold makes sure xa holds its subject before a claim. A nil Wait and nil error: the Lease names xa, written by
+// this call with optimistic concurrency. A Wait: xa waits (for whom, and when to look again); nothing may be
+// claimed or sent.
+func (l *Lock) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction, now time.Time) (*Wait, error) {
+	nn := types.NamespacedName{Namespace: xa.Namespace, Name: LeaseName(xa.Spec.Subject)}
 	for range subjectTakeTries {
 		lease := &coordinationv1.Lease{}
-		if err := r.APIReader.Get(ctx, nn, lease); err != nil {
+		if err := l.APIReader.Get(ctx, nn, lease); err != nil {
 			if !apierrors.IsNotFound(err) {
-				return false, ctrl.Result{}, fmt.Errorf("reading the Lease of subject %q: %w", xa.Spec.Subject, err)
+				return nil, fmt.Errorf("reading the Lease of subject %q: %w", xa.Spec.Subject, err)
 			}
 			lease = nil
 		}
@@ -135,31 +154,29 @@ func (r *ExternalActionReconciler) holdSubject(ctx context.Context, xa *actionsv
 		if !ours {
 			// Creation order (best effort, from the cache): an earlier unfinished action goes first. Not asked
 			// when xa holds the Lease already, so that the holder never waits for an action that waits for it.
-			if first, err := r.firstInLine(ctx, xa); err != nil || first != nil {
+			if first, err := l.firstInLine(ctx, xa); err != nil || first != nil {
 				if err != nil {
-					return false, ctrl.Result{}, err
+					return nil, err
 				}
-				res, err := r.waitSubject(ctx, xa, first, false, env)
-				return false, res, err
+				return l.wait(ctx, xa, first, false, now), nil
 			}
 		}
 		var werr error
 		switch {
 		case lease == nil:
-			werr = r.Create(ctx, r.newSubjectLease(xa, nn))
+			werr = l.Client.Create(ctx, l.newLease(xa, nn))
 		case ours:
 			// A touch with the resourceVersion read: a take-over decided on an older version loses (and one
 			// decided on this version wins, and this claim waits).
-			lease.Spec.RenewTime = ptrMicro(env.Now)
-			werr = r.Update(ctx, lease)
+			lease.Spec.RenewTime = ptrMicro(now)
+			werr = l.Client.Update(ctx, lease)
 		default:
-			holder, free, err := r.subjectHolder(ctx, lease)
+			holder, free, err := l.holder(ctx, lease)
 			if err != nil {
-				return false, ctrl.Result{}, err
+				return nil, err
 			}
 			if !free {
-				res, err := r.waitSubject(ctx, xa, holder, true, env)
-				return false, res, err
+				return l.wait(ctx, xa, holder, true, now), nil
 			}
 			prev := ""
 			if lease.Spec.HolderIdentity != nil {
@@ -168,45 +185,45 @@ func (r *ExternalActionReconciler) holdSubject(ctx context.Context, xa *actionsv
 			log.FromContext(ctx).V(1).Info("taking over the subject from a finished or gone holder", "subject", xa.Spec.Subject, "previous", prev)
 			id := holderIdentity(xa)
 			lease.Spec.HolderIdentity = &id
-			lease.Spec.AcquireTime, lease.Spec.RenewTime = ptrMicro(env.Now), ptrMicro(env.Now)
+			lease.Spec.AcquireTime, lease.Spec.RenewTime = ptrMicro(now), ptrMicro(now)
 			lease.Spec.LeaseTransitions = new(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
-			werr = r.Update(ctx, lease)
+			werr = l.Client.Update(ctx, lease)
 		}
 		switch {
 		case werr == nil:
-			r.subjectTaken(xa, env.Now)
-			return true, ctrl.Result{}, nil
+			l.taken(xa, now)
+			return nil, nil
 		case apierrors.IsAlreadyExists(werr), apierrors.IsConflict(werr), apierrors.IsNotFound(werr):
 			continue // another writer moved first: read again and decide again
 		default:
-			return false, ctrl.Result{}, fmt.Errorf("taking the Lease of subject %q: %w", xa.Spec.Subject, werr)
+			return nil, fmt.Errorf("taking the Lease of subject %q: %w", xa.Spec.Subject, werr)
 		}
 	}
-	return false, ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	return &Wait{After: takeRetry}, nil
 }
 
-// newSubjectLease is the Lease that makes xa the holder of its subject. It has no leaseDurationSeconds: the hold
+// newLease is the Lease that makes xa the holder of its subject. It has no leaseDurationSeconds: the hold
 // does not expire by time, it ends by release or when its holder is gone or finished.
-func (r *ExternalActionReconciler) newSubjectLease(xa *actionsv1alpha1.ExternalAction, nn types.NamespacedName) *coordinationv1.Lease {
+func (l *Lock) newLease(xa *actionsv1alpha1.ExternalAction, nn types.NamespacedName) *coordinationv1.Lease {
 	id := holderIdentity(xa)
-	now := ptrMicro(r.Clock.Now())
+	now := ptrMicro(l.Clock.Now())
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: nn.Name, Namespace: nn.Namespace,
 			Labels: map[string]string{
-				LabelSubjectHash:               subjectHash(xa.Spec.Subject),
+				LabelHash:                      subjectHash(xa.Spec.Subject),
 				"app.kubernetes.io/managed-by": "actionledger",
 			},
-			Annotations: map[string]string{AnnotationSubject: xa.Spec.Subject},
+			Annotations: map[string]string{Annotation: xa.Spec.Subject},
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, AcquireTime: now, RenewTime: now},
 	}
 }
 
-// subjectHolder reads the action named by lease's holderIdentity from the API server (not the cache). free is
+// holder reads the action named by lease's holderIdentity from the API server (not the cache). free is
 // true when no other action can send under it any more: it is gone (or re-created with another UID), being
 // deleted without an open claim, or terminal with its outcome recorded and not OutcomeUnknown.
-func (r *ExternalActionReconciler) subjectHolder(ctx context.Context, lease *coordinationv1.Lease) (
+func (l *Lock) holder(ctx context.Context, lease *coordinationv1.Lease) (
 	*actionsv1alpha1.ExternalAction, bool, error) {
 	if lease.Spec.HolderIdentity == nil {
 		return nil, true, nil
@@ -216,7 +233,7 @@ func (r *ExternalActionReconciler) subjectHolder(ctx context.Context, lease *coo
 		return nil, true, nil
 	}
 	holder := &actionsv1alpha1.ExternalAction{}
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: lease.Namespace, Name: name}, holder); err != nil {
+	if err := l.APIReader.Get(ctx, types.NamespacedName{Namespace: lease.Namespace, Name: name}, holder); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, true, nil
 		}
@@ -237,9 +254,9 @@ func (r *ExternalActionReconciler) subjectHolder(ctx context.Context, lease *coo
 
 // firstInLine returns the earliest-created (creationTimestamp, then name) unfinished action on xa's subject in
 // its namespace that was created before xa, from the cache; nil when there is none.
-func (r *ExternalActionReconciler) firstInLine(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (*actionsv1alpha1.ExternalAction, error) {
+func (l *Lock) firstInLine(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (*actionsv1alpha1.ExternalAction, error) {
 	list := &actionsv1alpha1.ExternalActionList{}
-	if err := r.List(ctx, list, client.InNamespace(xa.Namespace), client.MatchingFields{SubjectField: xa.Spec.Subject}); err != nil {
+	if err := l.Client.List(ctx, list, client.InNamespace(xa.Namespace), client.MatchingFields{Field: xa.Spec.Subject}); err != nil {
 		return nil, fmt.Errorf("listing the actions of subject %q: %w", xa.Spec.Subject, err)
 	}
 	var first *actionsv1alpha1.ExternalAction
@@ -263,17 +280,20 @@ func createdBefore(a, b *actionsv1alpha1.ExternalAction) bool {
 	return a.Name < b.Name
 }
 
-// waitSubject records that xa waits for other (the Lease holder when holds, else an earlier action), and looks
-// again on a watch event or after subjectRecheck. Nothing is claimed or sent.
-func (r *ExternalActionReconciler) waitSubject(ctx context.Context, xa, other *actionsv1alpha1.ExternalAction, holds bool,
-	env ledger.Env) (ctrl.Result, error) {
+// Wait says why an action may not take its subject yet. Reason and Message (without Reason: only look again
+// after After, nothing to record) are for its status (ledger.WaitForSubject).
+type Wait struct {
+	Reason, Message string
+	After           time.Duration
+}
+
+// wait notes that xa waits for other (the Lease holder when holds, else an earlier action), for the wait-time
+// metric, and says when to look again without a watch event (recheck).
+func (l *Lock) wait(ctx context.Context, xa, other *actionsv1alpha1.ExternalAction, holds bool, now time.Time) *Wait {
 	reason, msg := subjectWaitMessage(xa, other, holds)
-	r.subjectWaits.LoadOrStore(client.ObjectKeyFromObject(xa), env.Now)
+	l.waits.LoadOrStore(client.ObjectKeyFromObject(xa), now)
 	log.FromContext(ctx).V(1).Info("waiting for the subject", "subject", xa.Spec.Subject, "for", klogName(other), "reason", reason)
-	if _, err := r.apply(ctx, xa, ledger.WaitForSubject(&xa.Status, reason, msg, env), ""); err != nil {
-		return ctrl.Result{}, err
-	}
-	return ctrl.Result{RequeueAfter: subjectRecheck}, nil
+	return &Wait{Reason: reason, Message: msg, After: recheck}
 }
 
 // subjectWaitMessage says whom xa waits for and, behind an OutcomeUnknown holder, which decision to make.
@@ -305,9 +325,9 @@ func klogName(xa *actionsv1alpha1.ExternalAction) string {
 	return xa.Name
 }
 
-// subjectTaken observes how long xa waited for its subject, if it waited.
-func (r *ExternalActionReconciler) subjectTaken(xa *actionsv1alpha1.ExternalAction, now time.Time) {
-	v, ok := r.subjectWaits.LoadAndDelete(client.ObjectKeyFromObject(xa))
+// taken observes how long xa waited for its subject, if it waited.
+func (l *Lock) taken(xa *actionsv1alpha1.ExternalAction, now time.Time) {
+	v, ok := l.waits.LoadAndDelete(client.ObjectKeyFromObject(xa))
 	if !ok {
 		if subjectWaitReason(xa) == "" {
 			return
@@ -322,16 +342,16 @@ func (r *ExternalActionReconciler) subjectTaken(xa *actionsv1alpha1.ExternalActi
 	metrics.SubjectWait.Observe(max(now.Sub(v.(time.Time)).Seconds(), 0))
 }
 
-// releaseSubject deletes xa's subject Lease when xa holds it, with UID and resourceVersion preconditions (a
+// Release deletes xa's subject Lease when xa holds it, with UID and resourceVersion preconditions (a
 // Lease changed since it was read is left alone). Called once xa's outcome is terminal and recorded (not
 // OutcomeUnknown) and when xa is finalized.
-func (r *ExternalActionReconciler) releaseSubject(ctx context.Context, xa *actionsv1alpha1.ExternalAction) error {
-	r.subjectWaits.Delete(client.ObjectKeyFromObject(xa))
-	if xa.Spec.Subject == "" || r.APIReader == nil {
+func (l *Lock) Release(ctx context.Context, xa *actionsv1alpha1.ExternalAction) error {
+	l.waits.Delete(client.ObjectKeyFromObject(xa))
+	if xa.Spec.Subject == "" {
 		return nil
 	}
 	lease := &coordinationv1.Lease{}
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: SubjectLeaseName(xa.Spec.Subject)}, lease); err != nil {
+	if err := l.APIReader.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: LeaseName(xa.Spec.Subject)}, lease); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -341,7 +361,7 @@ func (r *ExternalActionReconciler) releaseSubject(ctx context.Context, xa *actio
 		return nil
 	}
 	uid, rv := lease.UID, lease.ResourceVersion
-	if err := r.Delete(ctx, lease, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil {
+	if err := l.Client.Delete(ctx, lease, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil
 		}
@@ -351,35 +371,35 @@ func (r *ExternalActionReconciler) releaseSubject(ctx context.Context, xa *actio
 	return nil
 }
 
-// releaseAfterWrite releases the subject of an action whose terminal outcome (not OutcomeUnknown) was just
+// ReleaseAfterWrite releases the subject of an action whose terminal outcome (not OutcomeUnknown) was just
 // written. A failure is logged: reconcileTerminal and finalize release again, and a waiter takes a finished
 // holder's Lease over anyway.
-func (r *ExternalActionReconciler) releaseAfterWrite(xa *actionsv1alpha1.ExternalAction) {
-	if xa.Spec.Subject == "" || !releasable(xa) {
+func (l *Lock) ReleaseAfterWrite(xa *actionsv1alpha1.ExternalAction) {
+	if xa.Spec.Subject == "" || !Releasable(xa) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := r.releaseSubject(ctx, xa); err != nil {
+	if err := l.Release(ctx, xa); err != nil {
 		log.Log.WithName("subject").Info("releasing the subject failed; it is released later", "externalaction",
 			client.ObjectKeyFromObject(xa), "error", err.Error())
 	}
 }
 
-// releasable: the outcome is terminal and recorded, and not OutcomeUnknown (which keeps holding the subject).
-func releasable(xa *actionsv1alpha1.ExternalAction) bool {
+// Releasable: the outcome is terminal and recorded, and not OutcomeUnknown (which keeps holding the subject).
+func Releasable(xa *actionsv1alpha1.ExternalAction) bool {
 	return xa.Status.Phase.Terminal() && xa.Status.Phase != actionsv1alpha1.PhaseOutcomeUnknown && xa.Status.Claim == nil
 }
 
-// actionsOnSameSubject maps an ExternalAction to the other unfinished actions on its subject in its namespace
-// (from the cache, SubjectField), so that a waiter looks again when the holder finishes, is resolved or is gone.
-func (r *ExternalActionReconciler) actionsOnSameSubject(ctx context.Context, o client.Object) []reconcile.Request {
+// ActionsOnSameSubject maps an ExternalAction to the other unfinished actions on its subject in its namespace
+// (from the cache, Field), so that a waiter looks again when the holder finishes, is resolved or is gone.
+func (l *Lock) ActionsOnSameSubject(ctx context.Context, o client.Object) []reconcile.Request {
 	xa, ok := o.(*actionsv1alpha1.ExternalAction)
 	if !ok || xa.Spec.Subject == "" {
 		return nil
 	}
 	list := &actionsv1alpha1.ExternalActionList{}
-	if err := r.List(ctx, list, client.InNamespace(xa.Namespace), client.MatchingFields{SubjectField: xa.Spec.Subject},
+	if err := l.Client.List(ctx, list, client.InNamespace(xa.Namespace), client.MatchingFields{Field: xa.Spec.Subject},
 		client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).V(1).Info("listing the actions of a subject failed", "subject", xa.Spec.Subject, "err", err.Error())
 		return nil
@@ -394,9 +414,9 @@ func (r *ExternalActionReconciler) actionsOnSameSubject(ctx context.Context, o c
 	return out
 }
 
-// subjectChanged passes the changes of an action with a subject that can end a wait on it: a phase change into
+// Changed passes the changes of an action with a subject that can end a wait on it: a phase change into
 // or out of a terminal phase (finished, resolved, or sent again after a retry decision), or its deletion.
-var subjectChanged = predicate.Funcs{
+var Changed = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	DeleteFunc: func(e event.DeleteEvent) bool {
@@ -414,13 +434,13 @@ var subjectChanged = predicate.Funcs{
 	},
 }
 
-// updateSubjectGauges sets actionledger_subject_waiting and actionledger_subject_blocked_by_unknown_seconds from
-// the cache (SubjectWaitField).
-func updateSubjectGauges(ctx context.Context, c client.Reader, now time.Time) error {
+// UpdateGauges sets actionledger_subject_waiting and actionledger_subject_blocked_by_unknown_seconds from
+// the cache (WaitField).
+func UpdateGauges(ctx context.Context, c client.Reader, now time.Time) error {
 	waiting := 0
 	for _, reason := range []string{actionsv1alpha1.ReasonWaitingForSubject, actionsv1alpha1.ReasonSubjectOutcomeUnknown} {
 		list := &actionsv1alpha1.ExternalActionList{}
-		if err := c.List(ctx, list, client.MatchingFields{SubjectWaitField: reason}, client.UnsafeDisableDeepCopy); err != nil {
+		if err := c.List(ctx, list, client.MatchingFields{WaitField: reason}, client.UnsafeDisableDeepCopy); err != nil {
 			return fmt.Errorf("listing actions waiting for a subject: %w", err)
 		}
 		waiting += len(list.Items)

@@ -1,0 +1,411 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/destination"
+	"github.com/actionledger/actionledger/internal/dispatch"
+	"github.com/actionledger/actionledger/internal/fingerprint"
+	"github.com/actionledger/actionledger/internal/httpexec"
+	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/metrics"
+	"github.com/actionledger/actionledger/internal/outputs"
+	"github.com/actionledger/actionledger/internal/send"
+	"github.com/actionledger/actionledger/internal/status"
+)
+
+// One reconcile of an active (Pending or InProgress) action is an ordered list of gates. Each gate observes one
+// thing and adds it to the facts, or stops the reconcile with one typed wait: the ledger step that records why
+// (written with the status writer's Apply; none when nothing changed) and when to look again. After the
+// observing gates the ledger makes the one decision of the reconcile (ledger.Advance); a send or a post-check
+// then passes the gates that make room for it, in the order that spends nothing before it is needed (no
+// token before the room, no Secret read before the last wait), and only then is the claim written (DESIGN
+// rule 1) and the job handed to the dispatcher (rule 10).
+
+// roomRecheck is about how often an action waiting for room at its destination looks again, jittered by up to
+// half of it (no hot loop: the ConcurrencyLimited status is written once, when the reason changes).
+const roomRecheck = 300 * time.Millisecond
+
+// facts is what one reconcile observed of an active action, gate by gate.
+type facts struct {
+	now  time.Time
+	env  ledger.Env
+	fp   string
+	dest *destination.Resolved
+	// unblocked is ledger.Unblock of the stored status (nil: no stall to end), and staleErr the lastError it
+	// would leave behind (see unstall).
+	unblocked *actionsv1alpha1.ExternalActionStatus
+	staleErr  string
+	body      []byte
+	key       string
+	// step is the ledger's decision, and target the URL its send or post-check goes to.
+	step   ledger.Step
+	target string
+}
+
+// wait is what a gate decided instead of going on: step to write (Status nil: nothing to write; its Event is
+// emitted after the write), when to look again (0: step.At), the destination to name in logs and metrics, or
+// an error for the workqueue.
+type wait struct {
+	step   ledger.Step
+	after  time.Duration
+	destID string
+	err    error
+}
+
+// active is the scope of one reconcile of an active action.
+type active struct {
+	r  *ExternalActionReconciler
+	xa *actionsv1alpha1.ExternalAction
+	f  facts
+}
+
+type gate func(ctx context.Context) *wait
+
+// reconcileActive observes xa through the gates, lets the ledger decide, and carries the decision out.
+func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
+	a := &active{r: r, xa: xa, f: facts{now: r.Clock.Now()}}
+	if w := a.run(ctx, a.fingerprint, a.destination, a.spec, a.tombstone, a.decide); w != nil {
+		return r.hold(ctx, xa, w)
+	}
+	switch a.f.step.Kind {
+	case ledger.KindSend:
+		if w := a.run(ctx, a.path, a.subject, a.share, a.room, a.outputTarget, a.credentials, a.admit); w != nil {
+			return r.hold(ctx, xa, w)
+		}
+		return a.claimAndSend(ctx)
+	case ledger.KindPostCheck:
+		return a.postCheck(ctx)
+	default:
+		return r.apply(ctx, xa, a.f.step, a.f.dest.ID)
+	}
+}
+
+// run passes the gates in order and returns the first wait.
+func (a *active) run(ctx context.Context, gates ...gate) *wait {
+	for _, g := range gates {
+		if w := g(ctx); w != nil {
+			return w
+		}
+	}
+	return nil
+}
+
+// bare is the decision environment before the destination is known (its retention and deadline are the
+// action's own), for what is decided without it.
+func (a *active) bare() ledger.Env { return a.r.env(a.xa, nil, a.f.now) }
+
+// fingerprint binds the key to the fingerprint stored at the first claim (DESIGN rule 6).
+func (a *active) fingerprint(context.Context) *wait {
+	xa := a.xa
+	fp, err := fingerprint.Compute(&xa.Spec)
+	if err != nil {
+		return &wait{step: ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), a.bare())}
+	}
+	if xa.Status.Fingerprint != "" && xa.Status.Fingerprint != fp && xa.Status.Claim == nil {
+		metrics.FingerprintConflicts.Inc()
+		return &wait{step: ledger.Conflict(&xa.Status, conflictMessage(xa, xa.Status.Fingerprint, fp, "this object's first attempt"), a.bare())}
+	}
+	a.f.fp = fp
+	return nil
+}
+
+// destination resolves the action's destination (no Secret is read yet) and checks its validator's verdict.
+func (a *active) destination(ctx context.Context) *wait {
+	dest, err := a.r.parts.resolver.Resolve(ctx, a.xa)
+	if err == nil {
+		err = dest.NotReady()
+	}
+	if err != nil {
+		return a.unusable(err)
+	}
+	a.f.dest = dest
+	return nil
+}
+
+// unusable records why the destination cannot be used (reason DestinationNotReady, or the more precise
+// SecretNotAllowed, NamespaceNotAllowed, InsecureSkipVerifyNotAllowed, EgressDenied, PathOutsideBase) as
+// Stalled=True with the phase kept (ledger.Blocked): lastError carries the message (the ERROR column), a retry
+// still scheduled stays in nextAttemptAt and a past one is cleared. The wait ends as soon as the destination
+// becomes usable: a Destination, ClusterDestination or Namespace watch event wakes the action
+// (SetupWithManager), and destination.Recheck is only the fallback.
+func (a *active) unusable(err error) *wait {
+	xa := a.xa
+	reason := destination.Reason(err, actionsv1alpha1.ReasonDestinationNotReady)
+	step := ledger.Blocked(&xa.Status, reason, err.Error(), a.bare())
+	if step.Status != nil {
+		step.Event = &ledger.Event{Warning: true, Reason: reason, Message: err.Error()}
+	}
+	after := destination.Recheck
+	if n := xa.Status.NextAttemptAt; n != nil && n.Sub(a.f.now) > after {
+		after = n.Sub(a.f.now)
+	}
+	return &wait{step: step, after: after}
+}
+
+// spec checks what the action asks against its destination (any error is an InvalidSpec, nothing is sent):
+// a retry policy that only tightens the destination's, a compilable successWhen and outputs, and a body
+// within bounds (kept in canonical form). It builds the reconcile's decision environment.
+func (a *active) spec(context.Context) *wait {
+	xa, dest := a.xa, a.f.dest
+	policy, deadline, err := destination.Tighten(dest.Policy, dest.DeadlineDur, xa.Spec.RetryPolicy)
+	if err == nil {
+		_, err = send.SuccessProgram(a.r.Exprs, xa)
+	}
+	if err == nil {
+		err = a.r.parts.outputs.Check(xa)
+	}
+	if err == nil {
+		a.f.body, err = send.RequestBody(xa)
+	}
+	if err != nil {
+		// The destination's retention applies to an action failed for an invalid spec too (else it is collected
+		// at once).
+		return &wait{step: ledger.Fail(&xa.Status, actionsv1alpha1.ReasonInvalidSpec, err.Error(), a.r.env(xa, dest, a.f.now)),
+			destID: dest.ID}
+	}
+	dest.Policy, dest.DeadlineDur = policy, deadline
+	a.f.env = a.r.env(xa, dest, a.f.now)
+	// A destination usable again ends a stall (ledger.Blocked): the next status written carries it (unstall).
+	// xa.Status itself stays as stored, so that a send refused again (credentials) finds the same stall and
+	// writes nothing.
+	a.f.unblocked, a.f.staleErr = ledger.Unblock(&xa.Status, a.f.env), xa.Status.LastError
+	a.f.key = destination.IdempotencyKey(dest.Spec, xa.Namespace, xa.Name)
+	return nil
+}
+
+// tombstone, at the first sight of a key, looks up its tombstone: it binds the key beyond the object's life
+// (DESIGN rule 7), as a replay or a conflict. A lookup the store cannot answer waits; it never takes the key
+// for new.
+func (a *active) tombstone(ctx context.Context) *wait {
+	xa, f := a.xa, &a.f
+	if xa.Status.Fingerprint != "" {
+		return nil
+	}
+	step, done, err := a.r.checkTombstone(ctx, xa, f.key, f.fp, f.env)
+	if unknown := (*errTombstoneStore)(nil); errors.As(err, &unknown) {
+		return a.r.waitOnTombstoneStore(ctx, xa, unknown, f.env)
+	}
+	if err != nil {
+		return &wait{err: err}
+	}
+	if done {
+		return &wait{step: unstall(step, f.unblocked, f.staleErr), destID: f.dest.ID}
+	}
+	xa.Status = *ledger.Begin(&xa.Status, f.key, f.fp, f.env)
+	return nil
+}
+
+// decide is the one decision of the reconcile.
+func (a *active) decide(context.Context) *wait {
+	a.f.step = unstall(ledger.Advance(&a.xa.Status, a.f.env), a.f.unblocked, a.f.staleErr)
+	return nil
+}
+
+// path checks that the send never leaves the destination's base path (DESIGN rule 11; the base was checked on
+// resolving). Checked here, where no claim is open, so that an uncertain attempt is never dropped by the
+// refusal.
+func (a *active) path(context.Context) *wait {
+	target, err := httpexec.JoinURL(a.f.dest.Spec.URL, a.xa.Spec.Request.Path)
+	if err != nil {
+		msg := fmt.Sprintf("spec.request.path: %v; nothing was sent. Use a path without \".\" or \"..\" segments "+
+			"(in any encoding), encoded \"/\" or backslashes", err)
+		return &wait{step: ledger.Fail(&a.xa.Status, actionsv1alpha1.ReasonPathOutsideBase, msg, a.f.env), destID: a.f.dest.ID}
+	}
+	a.f.target = target
+	return nil
+}
+
+// subject: the action must hold its subject's Lease before any claim; otherwise it waits, sending nothing.
+func (a *active) subject(ctx context.Context) *wait {
+	if a.xa.Spec.Subject == "" {
+		return nil
+	}
+	w, err := a.r.parts.subjects.Hold(ctx, a.xa, a.f.now)
+	switch {
+	case err != nil:
+		return &wait{err: err}
+	case w == nil:
+		return nil
+	case w.Reason == "":
+		return &wait{after: w.After}
+	}
+	return &wait{step: ledger.WaitForSubject(&a.xa.Status, w.Reason, w.Message, a.f.env), after: w.After}
+}
+
+// share waits while this shard is joining the destination's shared limits (a few seconds after a start, or
+// its first use of the destination): a short internal wait, not worth a status write per action.
+func (a *active) share(ctx context.Context) *wait {
+	if after, ok := a.r.parts.resolver.TakeShare(a.f.dest, a.f.now); !ok {
+		log.FromContext(ctx).V(1).Info("waiting for this shard's share of the destination's limits", "destination", a.f.dest.ID, "wait", after)
+		return &wait{after: after}
+	}
+	return nil
+}
+
+// room waits for room at the destination in the dispatcher (reason ConcurrencyLimited, written only when the
+// reason changes), before any token of its limits is spent.
+func (a *active) room(context.Context) *wait {
+	dest, d := a.f.dest, a.r.Dispatcher
+	if d.HasRoom(dest.ID, a.xa.Namespace) {
+		return nil
+	}
+	metrics.Delayed.WithLabelValues(dest.ID, actionsv1alpha1.ReasonConcurrencyLimited).Inc()
+	until := a.f.now.Add(roomRecheck/2 + time.Duration(a.f.env.Rand()*float64(roomRecheck)))
+	msg := fmt.Sprintf("waiting for destination %s (concurrency): %d request(s) in flight and %d queued",
+		dest.ID, d.InFlight(dest.ID), d.Queued(dest.ID))
+	return &wait{step: ledger.Delayed(&a.xa.Status, actionsv1alpha1.ReasonConcurrencyLimited, msg, until, a.f.env), destID: dest.ID}
+}
+
+// outputTarget: an object in the place of spec.outputs' target that this action did not write holds the send
+// back, like an unusable destination (Stalled True, reason OutputConflict, a Warning Event), looked at again
+// after destination.Recheck (an unlabelled object has no watch).
+func (a *active) outputTarget(ctx context.Context) *wait {
+	err := a.r.parts.outputs.CheckTarget(ctx, a.xa)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, outputs.ErrConflict):
+		return &wait{err: err}
+	}
+	step := ledger.Blocked(&a.xa.Status, actionsv1alpha1.ReasonOutputConflict, err.Error(), a.f.env)
+	if step.Status != nil {
+		step.Event = &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonOutputConflict, Message: err.Error()}
+	}
+	return &wait{step: step, after: destination.Recheck}
+}
+
+// credentials reads the destination's Secrets: only right before a send (and a post-check), never to decide
+// anything else.
+func (a *active) credentials(ctx context.Context) *wait {
+	if err := a.r.parts.resolver.LoadCredentials(ctx, a.f.dest); err != nil {
+		return a.unusable(err)
+	}
+	return nil
+}
+
+// admit takes a token from the destination's rate limit and retry budget, or waits (RateLimited,
+// RetryBudgetExhausted) until the limiter says.
+func (a *active) admit(context.Context) *wait {
+	xa, dest := a.xa, a.f.dest
+	first := a.f.step.Kind != ledger.KindSend || a.f.step.Status.Claim.Attempt == 1
+	ok, after, reason := a.r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, xa.Namespace+"/"+xa.Name, first, a.f.now)
+	if ok {
+		return nil
+	}
+	after = a.r.parts.resolver.ShareRecheck(dest, after)
+	apiReason := destination.LimiterReason(reason)
+	metrics.Delayed.WithLabelValues(dest.ID, apiReason).Inc()
+	until := a.f.now.Add(after)
+	msg := fmt.Sprintf("waiting for destination %s (%s) until %s", dest.ID, apiReason, until.UTC().Format(time.RFC3339Nano))
+	return &wait{step: ledger.Delayed(&xa.Status, apiReason, msg, until, a.f.env), destID: dest.ID}
+}
+
+// claimAndSend writes the claim (DESIGN rule 1) and only then hands the send to the dispatcher (rule 10).
+func (a *active) claimAndSend(ctx context.Context) (ctrl.Result, error) {
+	r, xa, f := a.r, a.xa, &a.f
+	logger := log.FromContext(ctx)
+	attempt := f.step.Status.Claim.Attempt
+	claimed, err := r.parts.writer.Claim(ctx, xa, f.step)
+	if errors.Is(err, status.ErrClaimLost) {
+		logger.V(1).Info("claim lost to a newer version; nothing sent", "attempt", attempt)
+		return ctrl.Result{RequeueAfter: requeueClaimLost}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if attempt > 1 {
+		metrics.Retries.WithLabelValues(f.dest.ID).Inc()
+	}
+	logger.V(1).Info("claimed; dispatching", "attempt", attempt, "destination", f.dest.ID)
+	p, err := r.submit(ctx, claimed, r.parts.sender.Job(claimed, f.dest, f.target, f.body, f.env, r.claimMargin()))
+	switch {
+	case errors.Is(err, dispatch.ErrAlreadyQueued):
+		// Not reached (Reconcile waits while the dispatcher holds the key); the claim just written then follows
+		// DESIGN rule 3 when it expires. Nothing is sent twice.
+		logger.Info("an attempt of this action is still in the dispatcher; not sent again", "attempt", attempt)
+		return ctrl.Result{}, nil
+	case p != nil: // back already, or refused by the dispatcher (not sent)
+		return r.record(ctx, claimed, p)
+	}
+	// Safety net: look again when the claim expires, should the outcome never come back.
+	return requeueAt(claimed.Status.Claim.ExpiresAt.Time, r.Clock.Now()), nil
+}
+
+// postCheck asks the destination's reconciliation post-check about an uncertain attempt (DESIGN rule 3). The
+// request goes through the dispatcher like a send (it holds no reconcile worker and counts against the
+// destination's maxInFlight); its verdict comes back like an outcome and is recorded by recordCheck.
+func (a *active) postCheck(ctx context.Context) (ctrl.Result, error) {
+	r, f := a.r, &a.f
+	if f.step.Status != nil {
+		upd, err := r.parts.writer.Apply(ctx, a.xa, f.step, f.dest.ID)
+		if err != nil || upd == nil {
+			return requeueAt(f.step.At, f.now), err
+		}
+		a.xa = upd
+	}
+	xa := a.xa
+	attempt := xa.Status.Claim.Attempt
+	target, err := send.CheckTarget(xa, f.dest)
+	if err != nil {
+		// Nothing is sent; the check counts as inconclusive, so the action ends OutcomeUnknown (DESIGN rule 3).
+		log.FromContext(ctx).Info("post-check not sent: its path leaves the destination's base path", "attempt", attempt,
+			"reason", actionsv1alpha1.ReasonPathOutsideBase, "error", err.Error())
+		env := f.env
+		env.Now = r.Clock.Now()
+		return r.recordCheck(ctx, xa, &send.Result{Attempt: attempt, Env: env, Check: &send.CheckResult{Verdict: ledger.VerdictInconclusive}})
+	}
+	if after, ok := r.parts.resolver.TakeShare(f.dest, f.now); !ok {
+		return ctrl.Result{RequeueAfter: after}, nil
+	}
+	if !r.Dispatcher.HasRoom(f.dest.ID, xa.Namespace) {
+		return ctrl.Result{RequeueAfter: roomRecheck}, nil
+	}
+	if w := a.credentials(ctx); w != nil {
+		return r.hold(ctx, xa, w)
+	}
+	if w := a.admit(ctx); w != nil {
+		return ctrl.Result{RequeueAfter: w.step.At.Sub(f.now)}, nil // a post-check's wait is not recorded
+	}
+	job := r.parts.sender.CheckJob(xa, f.dest, target, f.env)
+	p, err := r.submit(ctx, xa, job)
+	switch {
+	case err != nil:
+		// Stopping, or already held: nothing was asked; the next reconcile decides again.
+		log.FromContext(ctx).V(1).Info("post-check not dispatched; asking again later", "error", err.Error())
+		return ctrl.Result{RequeueAfter: requeueCheckNotDispatched}, nil
+	case p != nil:
+		return r.settle(ctx, xa, p)
+	}
+	return ctrl.Result{RequeueAfter: job.Deadline.Sub(r.Clock.Now()) + requeueCheckNotDispatched}, nil
+}
+
+// unstall makes step end a stall on the destination when unblocked (ledger.Unblock of the stored status) is
+// not nil: a step that writes nothing writes unblocked (a claim step always writes), and a written status
+// drops the stall's message from lastError (staleErr), which ledger.Blocked put there.
+func unstall(step ledger.Step, unblocked *actionsv1alpha1.ExternalActionStatus, staleErr string) ledger.Step {
+	if unblocked == nil {
+		return step
+	}
+	if step.Status == nil {
+		step.Status = unblocked.DeepCopy()
+		return step
+	}
+	if staleErr != "" && step.Status.LastError == staleErr {
+		step.Status.LastError = ""
+	}
+	return step
+}
+
+func conflictMessage(xa *actionsv1alpha1.ExternalAction, bound, got, where string) string {
+	return fmt.Sprintf("the key %s/%s is bound to fingerprint %s by %s, but this spec has fingerprint %s; nothing was sent. "+
+		"The name is the idempotency key: to perform a different action, create a new ExternalAction with a new name",
+		xa.Namespace, xa.Name, bound, where, got)
+}
