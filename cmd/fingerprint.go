@@ -67,6 +67,13 @@ func fingerprintCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, is
 		defer func() { _ = f.Close() }()
 		in, name = f, *file
 	}
+	return printFingerprints(in, name, *canonical, stdout, stderr)
+}
+
+// printFingerprints prints "NAME FINGERPRINT" (and with canonical the hashed RFC 8785 JSON) for each
+// ExternalAction read from in, and returns the exit status: 1 when something could not be read or hashed, or
+// there was no ExternalAction.
+func printFingerprints(in io.Reader, name string, canonical bool, stdout, stderr io.Writer) int {
 	res, readErr := manifest.Read(in)
 	status := 0
 	for _, xa := range res.Actions {
@@ -77,7 +84,7 @@ func fingerprintCmd(args []string, stdin io.Reader, stdout, stderr io.Writer, is
 			continue
 		}
 		_, _ = fmt.Fprintf(stdout, "%s %s\n", displayName(xa.Namespace, xa.Name), fp)
-		if *canonical {
+		if canonical {
 			c, _ := fingerprint.Canonical(&xa.Spec)
 			_, _ = fmt.Fprintln(stdout, string(c))
 		}

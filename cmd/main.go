@@ -36,8 +36,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/internal/controller"
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
+	"github.com/actionledger/actionledger/internal/ledger"
 )
 
 func main() {
@@ -50,72 +52,111 @@ func main() {
 	os.Exit(run())
 }
 
-func run() int {
-	var (
-		metricsAddr, probeAddr, leNamespace, controllerNS string
-		secureMetrics, leaderElect, enableHTTP2           bool
-		insecureSkipVerifyAllowed                         bool
-		events                                            string
-		qps                                               float64
-		burst, concurrency                                int
-		claimMargin                                       time.Duration
-		maxInFlight                                       int
-		shutdownGrace                                     time.Duration
-		tombstoneStore, tombstoneDSNFile                  string
-		watchSelector, leaderElectionID                   string
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to, "+
+// managerFlags are the manager's command-line flags.
+type managerFlags struct {
+	metricsAddr, probeAddr, leNamespace, controllerNS string
+	secureMetrics, leaderElect, enableHTTP2           bool
+	insecureSkipVerifyAllowed                         bool
+	events                                            string
+	qps                                               float64
+	burst, concurrency                                int
+	claimMargin                                       time.Duration
+	maxInFlight                                       int
+	shutdownGrace                                     time.Duration
+	tombstoneStore, tombstoneDSNFile                  string
+	watchSelector, leaderElectionID                   string
+	egress                                            egress.Config
+	zap                                               zap.Options
+}
+
+// bindServing defines the flags of the manager's own endpoints, its API client and leader election.
+func (f *managerFlags) bindServing(fs *flag.FlagSet) {
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to, "+
 		"e.g. :8443 (HTTPS) or :8080 (HTTP with --metrics-secure=false). 0 disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
-	flag.BoolVar(&leaderElect, "leader-elect", true, "Enable leader election: only one manager sends at a time.")
-	flag.StringVar(&leNamespace, "leader-election-namespace", "",
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "Enable leader election: only one manager sends at a time.")
+	fs.StringVar(&f.leNamespace, "leader-election-namespace", "",
 		"Namespace of the leader election Lease (default: the pod's namespace).")
-	flag.StringVar(&controllerNS, "controller-namespace", envOr("POD_NAMESPACE", "actionledger-system"),
+	fs.StringVar(&f.controllerNS, "controller-namespace", envOr("POD_NAMESPACE", "actionledger-system"),
 		"Namespace whose Secrets ClusterDestinations may read.")
-	flag.BoolVar(&secureMetrics, "metrics-secure", true,
+	fs.BoolVar(&f.secureMetrics, "metrics-secure", true,
 		"Serve metrics over HTTPS with authentication and authorization.")
-	flag.BoolVar(&enableHTTP2, "enable-http2", false, "Enable HTTP/2 for the metrics server.")
-	flag.Float64Var(&qps, "kube-api-qps", 200,
+	fs.BoolVar(&f.enableHTTP2, "enable-http2", false, "Enable HTTP/2 for the metrics server.")
+	fs.Float64Var(&f.qps, "kube-api-qps", 200,
 		"Queries per second to the Kubernetes API server (client-go's default of 20 throttles status writes).")
-	flag.IntVar(&burst, "kube-api-burst", 400, "Burst of queries to the Kubernetes API server.")
-	flag.IntVar(&concurrency, "max-concurrent-reconciles", 16, "ExternalActions reconciled (and sent) in parallel.")
-	flag.DurationVar(&claimMargin, "claim-margin", 5*time.Second,
-		"Added to a destination's timeout to form a claim's expiry.")
-	flag.IntVar(&maxInFlight, "max-in-flight", dispatch.DefaultGlobalMaxInFlight,
-		"Requests in flight to all destinations at once (each destination also has spec.concurrency.maxInFlight). "+
-			"Sends do not hold reconcile workers.")
-	flag.DurationVar(&shutdownGrace, "shutdown-grace", dispatch.DefaultShutdownGrace,
-		"On SIGTERM or loss of leadership: how long requests in flight are awaited and their outcomes recorded; "+
-			"what is still open then is left claimed (DESIGN rule 3 after a restart). Keep it below the pod's "+
-			"terminationGracePeriodSeconds minus 10s.")
-	flag.StringVar(&watchSelector, "watch-label-selector", "", "Run as one shard: watch and send only the "+
+	fs.IntVar(&f.burst, "kube-api-burst", 400, "Burst of queries to the Kubernetes API server.")
+	fs.StringVar(&f.watchSelector, "watch-label-selector", "", "Run as one shard: watch and send only the "+
 		"ExternalActions matching this label selector, e.g. 'sharding.actionledger.dev/key in (shard2)' (the "+
 		"shard that also takes unlabeled actions: 'sharding.actionledger.dev/key notin (shard2)'; every action "+
 		"must match exactly one shard). Each shard elects its own leader and shares every "+
 		"destination's limits with the other shards (docs/sharding.md). Empty: one manager for everything.")
-	flag.StringVar(&leaderElectionID, "leader-election-id", "", "Name of the leader election Lease (default "+
+	fs.StringVar(&f.leaderElectionID, "leader-election-id", "", "Name of the leader election Lease (default "+
 		app.DefaultLeaderElectionID+", plus a hash of --watch-label-selector when set).")
-	var egressCfg egress.Config
-	cidrsFlag(&egressCfg.Allow, strings.TrimPrefix(egress.FlagAllow, "--"), "Comma-separated CIDRs that destinations "+
+	fs.StringVar(&f.tombstoneStore, "tombstone-store", "objects", "Where tombstones are kept: objects "+
+		"(ActionTombstone objects in the API server) or postgres (a PostgreSQL table; docs/tombstones.md).")
+	fs.StringVar(&f.tombstoneDSNFile, "tombstone-store-dsn-file", "", "With --tombstone-store=postgres: a file "+
+		"holding the PostgreSQL DSN (e.g. postgres://user:password@host:5432/db?sslmode=verify-full), such as a "+
+		"mounted Secret. The DSN is never logged.")
+	f.zap = zap.Options{Development: false}
+	f.zap.BindFlags(fs)
+}
+
+// bindSending defines the flags of how actions are sent: concurrency, claims, egress, TLS and Events.
+func (f *managerFlags) bindSending(fs *flag.FlagSet) {
+	fs.IntVar(&f.concurrency, "max-concurrent-reconciles", controller.DefaultMaxConcurrentReconciles,
+		"ExternalActions reconciled (and sent) in parallel.")
+	fs.DurationVar(&f.claimMargin, "claim-margin", ledger.DefaultClaimMargin,
+		"Added to a destination's timeout to form a claim's expiry.")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", dispatch.DefaultGlobalMaxInFlight,
+		"Requests in flight to all destinations at once (each destination also has spec.concurrency.maxInFlight). "+
+			"Sends do not hold reconcile workers.")
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", dispatch.DefaultShutdownGrace,
+		"On SIGTERM or loss of leadership: how long requests in flight are awaited and their outcomes recorded; "+
+			"what is still open then is left claimed (DESIGN rule 3 after a restart). Keep it below the pod's "+
+			"terminationGracePeriodSeconds minus 10s.")
+	cidrsFlag(&f.egress.Allow, strings.TrimPrefix(egress.FlagAllow, "--"), "Comma-separated CIDRs that destinations "+
 		"may reach although the default egress deny set (loopback, link-local/cloud metadata, unspecified, multicast, "+
 		"the API server's addresses) contains them; the most specific prefix decides (docs/security.md). "+
 		"Repeatable. Example: 127.0.0.1/32 for a destination on this machine.")
-	cidrsFlag(&egressCfg.Deny, strings.TrimPrefix(egress.FlagDeny, "--"), "Comma-separated CIDRs that destinations "+
+	cidrsFlag(&f.egress.Deny, strings.TrimPrefix(egress.FlagDeny, "--"), "Comma-separated CIDRs that destinations "+
 		"may not reach, in addition to the default deny set; at equal prefix length they win over "+
 		egress.FlagAllow+". Repeatable. Example: 10.0.0.0/8,fd00::/8.")
-	flag.StringVar(&events, "events", "important", "Which Events to emit: important (warnings, terminal phases other "+
+	fs.StringVar(&f.events, "events", "important", "Which Events to emit: important (warnings, terminal phases other "+
 		"than Succeeded, replays from a tombstone, decisions by people, waits) or all (also one per success).")
-	flag.BoolVar(&insecureSkipVerifyAllowed, "insecure-skip-verify-allowed", false,
+	fs.BoolVar(&f.insecureSkipVerifyAllowed, "insecure-skip-verify-allowed", false,
 		"Let namespaced Destinations turn TLS verification off (spec.tls.insecureSkipVerify). Without it such a "+
 			"Destination is not Ready (reason InsecureSkipVerifyNotAllowed) and nothing is sent to it; "+
 			"ClusterDestinations may always.")
-	flag.StringVar(&tombstoneStore, "tombstone-store", "objects", "Where tombstones are kept: objects "+
-		"(ActionTombstone objects in the API server) or postgres (a PostgreSQL table; docs/tombstones.md).")
-	flag.StringVar(&tombstoneDSNFile, "tombstone-store-dsn-file", "", "With --tombstone-store=postgres: a file "+
-		"holding the PostgreSQL DSN (e.g. postgres://user:password@host:5432/db?sslmode=verify-full), such as a "+
-		"mounted Secret. The DSN is never logged.")
-	opts := zap.Options{Development: false}
-	opts.BindFlags(flag.CommandLine)
+}
+
+// options are the app.Options of the parsed flags.
+func (f *managerFlags) options() app.Options {
+	var tlsOpts []func(*tls.Config)
+	if !f.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	ms := metricsserver.Options{BindAddress: f.metricsAddr, SecureServing: f.secureMetrics, TLSOpts: tlsOpts}
+	if f.secureMetrics {
+		ms.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return app.Options{
+		MetricsServer: &ms, ProbeAddr: f.probeAddr, LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leNamespace,
+		ControllerNamespace: f.controllerNS, MaxConcurrentReconciles: f.concurrency, ClaimMargin: f.claimMargin,
+		MaxInFlight: f.maxInFlight, ShutdownGrace: f.shutdownGrace,
+		Egress:                    &f.egress,
+		InsecureSkipVerifyAllowed: f.insecureSkipVerifyAllowed,
+		AllEvents:                 f.events == "all",
+		TombstoneStore:            f.tombstoneStore,
+		TombstoneStoreDSNFile:     f.tombstoneDSNFile,
+		WatchLabelSelector:        f.watchSelector,
+		LeaderElectionID:          f.leaderElectionID,
+	}
+}
+
+func run() int {
+	f := &managerFlags{}
+	f.bindServing(flag.CommandLine)
+	f.bindSending(flag.CommandLine)
 	flag.Usage = func() {
 		out := flag.CommandLine.Output()
 		_, _ = fmt.Fprintf(out, "Usage:\n"+
@@ -126,43 +167,23 @@ func run() int {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
 	setupLog := ctrl.Log.WithName("setup")
-	if events != "important" && events != "all" {
-		setupLog.Error(fmt.Errorf("--events=%q: want important or all", events), "Invalid flag")
+	if f.events != "important" && f.events != "all" {
+		setupLog.Error(fmt.Errorf("--events=%q: want important or all", f.events), "Invalid flag")
 		return 2
 	}
-
-	var tlsOpts []func(*tls.Config)
-	if !enableHTTP2 {
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
-	}
-	ms := metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics, TLSOpts: tlsOpts}
-	if secureMetrics {
-		ms.FilterProvider = filters.WithAuthenticationAndAuthorization
-	}
 	cfg := ctrl.GetConfigOrDie()
-	cfg.QPS, cfg.Burst = float32(qps), burst
-	mgr, err := app.New(cfg, app.Options{
-		MetricsServer: &ms, ProbeAddr: probeAddr, LeaderElection: leaderElect, LeaderElectionNamespace: leNamespace,
-		ControllerNamespace: controllerNS, MaxConcurrentReconciles: concurrency, ClaimMargin: claimMargin,
-		MaxInFlight: maxInFlight, ShutdownGrace: shutdownGrace,
-		Egress:                    &egressCfg,
-		InsecureSkipVerifyAllowed: insecureSkipVerifyAllowed,
-		AllEvents:                 events == "all",
-		TombstoneStore:            tombstoneStore,
-		TombstoneStoreDSNFile:     tombstoneDSNFile,
-		WatchLabelSelector:        watchSelector,
-		LeaderElectionID:          leaderElectionID,
-	})
+	cfg.QPS, cfg.Burst = float32(f.qps), f.burst
+	mgr, err := app.New(cfg, f.options())
 	if err != nil {
 		setupLog.Error(err, "Failed to set up the manager")
 		return 1
 	}
 	setupLog.Info("Starting manager",
-		"leaderElection", leaderElect, "qps", qps, "burst", burst, "concurrency", concurrency,
-		"maxInFlight", maxInFlight, "shutdownGrace", shutdownGrace, "watchLabelSelector", watchSelector,
-		"egressAllow", egressCfg.Allow, "egressDeny", egressCfg.Deny, "tombstoneStore", tombstoneStore)
+		"leaderElection", f.leaderElect, "qps", f.qps, "burst", f.burst, "concurrency", f.concurrency,
+		"maxInFlight", f.maxInFlight, "shutdownGrace", f.shutdownGrace, "watchLabelSelector", f.watchSelector,
+		"egressAllow", f.egress.Allow, "egressDeny", f.egress.Deny, "tombstoneStore", f.tombstoneStore)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Failed to run manager")
 		return 1

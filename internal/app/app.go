@@ -15,8 +15,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -34,18 +32,14 @@ import (
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/outputs"
+	"github.com/actionledger/actionledger/internal/scheme"
 	"github.com/actionledger/actionledger/internal/shard"
 	"github.com/actionledger/actionledger/internal/tombstone/objects"
 	"github.com/actionledger/actionledger/internal/tombstone/postgres"
 )
 
-// Scheme holds the Kubernetes core types and actionledger's API.
-var Scheme = runtime.NewScheme()
-
-func init() {
-	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
-	utilruntime.Must(actionsv1alpha1.AddToScheme(Scheme))
-}
+// Scheme holds the Kubernetes core types and actionledger's API (package scheme).
+var Scheme = scheme.Scheme
 
 // Options configure a manager.
 type Options struct {
@@ -181,22 +175,6 @@ func addMembership(mgr ctrl.Manager, o Options, leID, holder string, clk clock.P
 
 // New builds a manager with every actionledger controller registered.
 func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
-	metrics := metricsserver.Options{BindAddress: o.MetricsAddr}
-	if o.MetricsServer != nil {
-		metrics = *o.MetricsServer
-	}
-	if o.MetricsAddr == "" && o.MetricsServer == nil {
-		metrics.BindAddress = "0"
-	}
-	probe := o.ProbeAddr
-	if probe == "" {
-		probe = "0"
-	}
-	grace := o.ShutdownGrace
-	if grace <= 0 {
-		grace = dispatch.DefaultShutdownGrace
-	}
-	shutdownTimeout := grace + ShutdownRecordTime
 	watchSelector, leID, err := shardOf(o)
 	if err != nil {
 		return nil, err
@@ -208,6 +186,70 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if watchSelector == nil {
 		tombstones = objects.NewIndex(nil)
 	}
+	mgr, err := newManager(cfg, o, watchSelector, leID, tombstones)
+	if err != nil {
+		return nil, err
+	}
+	clk := o.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	exec, tokens, policy, err := executor(mgr, cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	holder := o.Holder
+	if holder == "" {
+		holder = NewHolder()
+	}
+	if err := feedTombstoneIndex(mgr, tombstones); err != nil {
+		return nil, err
+	}
+	var shards *shard.Membership
+	if watchSelector != nil {
+		if shards, err = addMembership(mgr, o, leID, holder, clk); err != nil {
+			return nil, err
+		}
+	}
+	store, err := newTombstoneStore(mgr, o, tombstones, clk)
+	if err != nil {
+		return nil, err
+	}
+	opts := controller.Options{
+		Holder: holder, ControllerNamespace: o.ControllerNamespace, ClaimMargin: o.ClaimMargin,
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles, MaxInFlight: o.MaxInFlight, ShutdownGrace: shutdownGrace(o),
+		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed, AllEvents: o.AllEvents, SkipNameValidation: o.SkipNameValidation,
+		Tombstones: tombstones, TombstoneStore: store, Tokens: tokens, Shards: shards,
+	}
+	if err := addControllers(mgr, o, opts, clk, exec, policy); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// shutdownGrace is o.ShutdownGrace or its default.
+func shutdownGrace(o Options) time.Duration {
+	if o.ShutdownGrace <= 0 {
+		return dispatch.DefaultShutdownGrace
+	}
+	return o.ShutdownGrace
+}
+
+// newManager creates the controller-runtime manager: metrics and probe addresses, leader election, and the cache
+// (managedFields stripped, finished actions trimmed, a shard's label selector, the tombstone index's relist hook).
+func newManager(cfg *rest.Config, o Options, watchSelector labels.Selector, leID string, tombstones *objects.Index) (ctrl.Manager, error) {
+	metrics := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsServer != nil {
+		metrics = *o.MetricsServer
+	}
+	if o.MetricsAddr == "" && o.MetricsServer == nil {
+		metrics.BindAddress = "0"
+	}
+	probe := o.ProbeAddr
+	if probe == "" {
+		probe = "0"
+	}
+	shutdownTimeout := shutdownGrace(o) + ShutdownRecordTime
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme,
 		GracefulShutdownTimeout:       &shutdownTimeout,
@@ -234,10 +276,13 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-	clk := o.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
+	return mgr, nil
+}
+
+// executor returns the executor of sends (o.Executor, else an HTTPExecutor with the egress policy), the one
+// OAuth2 token cache (its token requests go through an HTTPExecutor's transports, so the egress policy applies
+// to token endpoints) and the egress policy, whose refresher of the API server's addresses it adds to mgr.
+func executor(mgr ctrl.Manager, cfg *rest.Config, o Options) (httpexec.Executor, *httpexec.TokenCache, *egress.Policy, error) {
 	var egressCfg egress.Config
 	if o.Egress != nil {
 		egressCfg = *o.Egress
@@ -247,36 +292,24 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		resolver: net.DefaultResolver, interval: APIServerRefreshInterval, log: ctrl.Log.WithName("egress")}
 	apiAddrs.refresh(context.Background()) // before anything can be sent
 	if err := mgr.Add(apiAddrs); err != nil {
-		return nil, fmt.Errorf("adding the API server address refresher: %w", err)
+		return nil, nil, nil, fmt.Errorf("adding the API server address refresher: %w", err)
 	}
 	exec := o.Executor
 	if exec == nil {
 		exec = httpexec.New(httpexec.WithEgressPolicy(policy))
 	}
-	// OAuth2 token requests go through an HTTPExecutor's transports: the egress policy applies to token endpoints.
 	tokenExec, ok := exec.(*httpexec.HTTPExecutor)
 	if !ok {
 		tokenExec = httpexec.New(httpexec.WithEgressPolicy(policy))
 	}
 	// One token cache: the senders take tokens from it, the destination validator forgets a deleted destination's.
-	tokens := httpexec.NewTokenCache(tokenExec.TokenClient)
-	holder := o.Holder
-	if holder == "" {
-		holder = NewHolder()
-	}
-	if err := feedTombstoneIndex(mgr, tombstones); err != nil {
-		return nil, err
-	}
-	var shards *shard.Membership
-	if watchSelector != nil {
-		if shards, err = addMembership(mgr, o, leID, holder, clk); err != nil {
-			return nil, err
-		}
-	}
-	store, err := newTombstoneStore(mgr, o, tombstones, clk)
-	if err != nil {
-		return nil, err
-	}
+	return exec, httpexec.NewTokenCache(tokenExec.TokenClient), policy, nil
+}
+
+// addControllers registers the ExternalAction controller, the destination validators, the tombstone collector,
+// the gauge updater and the health checks.
+func addControllers(mgr ctrl.Manager, o Options, opts controller.Options, clk clock.Clock, exec httpexec.Executor,
+	policy *egress.Policy) error {
 	if err := (&controller.ExternalActionReconciler{
 		Client:    controller.GuardTrimmed(mgr.GetClient()),
 		APIReader: mgr.GetAPIReader(),
@@ -286,50 +319,39 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		Executor:  exec,
 		Limiter:   limiter.NewRegistry(),
 		Exprs:     expr.NewCache(expr.DefaultCacheSize),
-		Options: controller.Options{
-			Holder:                    holder,
-			ControllerNamespace:       o.ControllerNamespace,
-			ClaimMargin:               o.ClaimMargin,
-			MaxConcurrentReconciles:   o.MaxConcurrentReconciles,
-			MaxInFlight:               o.MaxInFlight,
-			ShutdownGrace:             grace,
-			InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
-			AllEvents:                 o.AllEvents,
-			SkipNameValidation:        o.SkipNameValidation,
-			Tombstones:                tombstones,
-			TombstoneStore:            store,
-			Tokens:                    tokens,
-			Shards:                    shards,
-		},
+		Options:   opts,
 	}).SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the ExternalAction controller: %w", err)
+		return fmt.Errorf("setting up the ExternalAction controller: %w", err)
 	}
 	for _, cluster := range []bool{false, true} {
 		if err := (&controller.DestinationReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ControllerNamespace: o.ControllerNamespace,
 			Exprs: expr.NewCache(64), Egress: policy, Cluster: cluster, InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
-			SkipNameValidation: o.SkipNameValidation, Tokens: tokens,
+			SkipNameValidation: o.SkipNameValidation, Tokens: opts.Tokens,
 		}).SetupWithManager(mgr); err != nil {
-			return nil, fmt.Errorf("setting up the destination validator: %w", err)
+			return fmt.Errorf("setting up the destination validator: %w", err)
 		}
 	}
 	if err := (&controller.TombstoneReconciler{Client: mgr.GetClient(), Clock: clk, SkipNameValidation: o.SkipNameValidation}).SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the tombstone collector: %w", err)
+		return fmt.Errorf("setting up the tombstone collector: %w", err)
 	}
 	if err := controller.IndexPhase(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return nil, fmt.Errorf("indexing ExternalActions by phase: %w", err)
+		return fmt.Errorf("indexing ExternalActions by phase: %w", err)
 	}
-	if err := mgr.Add(&controller.GaugeUpdater{Client: mgr.GetClient(), Interval: 15 * time.Second}); err != nil {
-		return nil, fmt.Errorf("adding the gauge updater: %w", err)
+	if err := mgr.Add(&controller.GaugeUpdater{Client: mgr.GetClient(), Interval: GaugeInterval}); err != nil {
+		return fmt.Errorf("adding the gauge updater: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return nil, fmt.Errorf("adding health check: %w", err)
+		return fmt.Errorf("adding health check: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return nil, fmt.Errorf("adding ready check: %w", err)
+		return fmt.Errorf("adding ready check: %w", err)
 	}
-	return mgr, nil
+	return nil
 }
+
+// GaugeInterval is how often the OutcomeUnknown and subject gauges are recounted from the cache.
+const GaugeInterval = 15 * time.Second
 
 // cacheByObject is the manager's per-kind cache configuration.
 func cacheByObject(watchSelector labels.Selector) map[client.Object]cache.ByObject {

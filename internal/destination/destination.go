@@ -200,6 +200,13 @@ func (r *Resolver) Resolve(ctx context.Context, xa *actionsv1alpha1.ExternalActi
 	if err := CheckSpec(spec, id, ref.Kind != KindClusterDestination, r.InsecureSkipVerifyAllowed); err != nil {
 		return nil, err
 	}
+	rd := withDefaults(id, spec)
+	rd.secretNS, rd.ready, rd.generation = secretNS, ready, generation
+	return rd, nil
+}
+
+// withDefaults is spec resolved as destination id with every default applied (CONTRACT).
+func withDefaults(id string, spec *actionsv1alpha1.DestinationSpec) *Resolved {
 	rd := &Resolved{ID: id, Spec: spec, Timeout: DefaultTimeout, KeyHeader: DefaultIdempotencyHdr}
 	if spec.Timeout != nil && spec.Timeout.Duration > 0 {
 		rd.Timeout = spec.Timeout.Duration
@@ -224,8 +231,7 @@ func (r *Resolver) Resolve(ctx context.Context, xa *actionsv1alpha1.ExternalActi
 			rd.TombstoneTTL = ret.TombstoneTTL.Duration
 		}
 	}
-	rd.secretNS, rd.ready, rd.generation = secretNS, ready, generation
-	return rd, nil
+	return rd
 }
 
 // errDestinationNotReady marks a destination whose validator found it unusable (NotReady);

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/actionledger/actionledger/internal/scheme"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
@@ -19,8 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/actionledger/actionledger/internal/app"
 )
 
 // RunOptions configure Run.
@@ -112,11 +111,11 @@ func Run(ctx context.Context, cfg *rest.Config, o RunOptions) error {
 		o.Metrics = NewMetrics()
 	}
 
-	ca, err := cache.New(cfg, cache.Options{Scheme: app.Scheme, DefaultTransform: cache.TransformStripManagedFields()})
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme.Scheme, DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		return fmt.Errorf("cache: %w", err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: app.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}

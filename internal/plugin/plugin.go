@@ -82,6 +82,32 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.SetIn(streams.In)
 	flags.AddFlags(root.PersistentFlags())
 
+	run := runner(flags, streams)
+	root.AddCommand(&cobra.Command{
+		Use:   "why NAME",
+		Short: "Say in plain words what state an ExternalAction is in and what to do next",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(func(ctx context.Context, p *Plugin) error { return p.Why(ctx, args[0]) })(cmd, args)
+		},
+	})
+	root.AddCommand(&cobra.Command{
+		Use:   "history NAME",
+		Short: "Print an ExternalAction's attempts: number, start, finish, result, code or error class, Retry-After",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(func(ctx context.Context, p *Plugin) error { return p.History(ctx, args[0]) })(cmd, args)
+		},
+	})
+	addLedgerCommands(root, run)
+	return root
+}
+
+// runFunc turns what a subcommand does with a connected Plugin into its cobra RunE.
+type runFunc func(f func(ctx context.Context, p *Plugin) error) func(*cobra.Command, []string) error
+
+// runner returns the runFunc that connects a Plugin from the connection flags when a subcommand runs.
+func runner(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) runFunc {
 	// connect builds a Plugin from the connection flags, when a subcommand runs.
 	connect := func() (*Plugin, error) {
 		cfg, err := flags.ToRESTConfig()
@@ -112,22 +138,11 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		}
 	}
 
-	root.AddCommand(&cobra.Command{
-		Use:   "why NAME",
-		Short: "Say in plain words what state an ExternalAction is in and what to do next",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(func(ctx context.Context, p *Plugin) error { return p.Why(ctx, args[0]) })(cmd, args)
-		},
-	})
-	root.AddCommand(&cobra.Command{
-		Use:   "history NAME",
-		Short: "Print an ExternalAction's attempts: number, start, finish, result, code or error class, Retry-After",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(func(ctx context.Context, p *Plugin) error { return p.History(ctx, args[0]) })(cmd, args)
-		},
-	})
+	return run
+}
+
+// addLedgerCommands adds resolve, tombstones and check to root.
+func addLedgerCommands(root *cobra.Command, run runFunc) {
 	var reason string
 	resolve := &cobra.Command{
 		Use:   "resolve NAME applied|not-applied|retry --reason TEXT",
@@ -177,5 +192,4 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	check.Flags().StringVarP(&file, "filename", "f", "", "manifest to check (YAML or JSON, several documents allowed; - reads standard input)")
 	_ = check.MarkFlagRequired("filename")
 	root.AddCommand(check)
-	return root
 }

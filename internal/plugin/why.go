@@ -86,102 +86,138 @@ func outputsRef(st *actionsv1alpha1.ExternalActionStatus) string {
 // Explain says in plain words what state xa is in and what to do next, one sentence per line. dest is read
 // only when WaitsOnDestination(xa) (nil otherwise). now is the clock for "in 12s" and expired claims.
 func Explain(xa *actionsv1alpha1.ExternalAction, dest *DestinationState, now time.Time) []string {
-	st := &xa.Status
-	name := xa.Name
-	var out []string
-	say := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
-	ready := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReady)
-	reason, message := "", ""
-	if ready != nil {
-		reason, message = ready.Reason, ready.Message
+	e := newExplainer(xa, now)
+	head := fmt.Sprintf("ExternalAction %s/%s is %s", xa.Namespace, e.name, e.phase)
+	if e.reason != "" && e.reason != string(e.phase) {
+		head += " (" + e.reason + ")"
 	}
-	key := st.IdempotencyKey
-	if key == "" {
-		key = xa.Namespace + "/" + xa.Name
-	}
-	phase := st.Phase
-	if phase == "" {
-		phase = actionsv1alpha1.PhasePending
-	}
-	head := fmt.Sprintf("ExternalAction %s/%s is %s", xa.Namespace, name, phase)
-	if reason != "" && reason != string(phase) {
-		head += " (" + reason + ")"
-	}
-	say("%s.", head)
-	if message != "" {
-		say("Controller: %s.", strings.TrimSuffix(message, "."))
+	e.say("%s.", head)
+	if e.message != "" {
+		e.say("Controller: %s.", strings.TrimSuffix(e.message, "."))
 	}
 	if d, ok := xa.Annotations[actionsv1alpha1.AnnotationResolve]; ok {
-		say("A decision %q is set in the annotation %s and waits for the controller to record it.", d, actionsv1alpha1.AnnotationResolve)
+		e.say("A decision %q is set in the annotation %s and waits for the controller to record it.", d, actionsv1alpha1.AnnotationResolve)
 	}
-	// lastError repeats the condition message in most phases; say it only when it adds something.
-	lastError := func(label string) {
-		if st.LastError != "" && !strings.Contains(message, st.LastError) {
-			say("%s: %s.", label, strings.TrimSuffix(st.LastError, "."))
-		}
-	}
-	resolveHint := func() {
-		say("Decide with one of:")
-		say("  kubectl actionledger resolve %s applied --reason '...'      # it happened: mark Succeeded, send nothing", name)
-		say("  kubectl actionledger resolve %s not-applied --reason '...'  # it did not happen: mark Failed", name)
-		say("  kubectl actionledger resolve %s retry --reason '...'        # send once more under the key %s", name, key)
-	}
-	switch phase {
+	switch e.phase {
 	case actionsv1alpha1.PhasePending, actionsv1alpha1.PhaseInProgress:
-		switch {
-		case st.Phase == "" && ready == nil:
-			say("The controller has not recorded anything yet: check that the actionledger manager is running and watching namespace %s.", xa.Namespace)
-		case destinationReasons[reason]:
-			explainDestination(say, xa, dest, reason)
-		case reason == actionsv1alpha1.ReasonWaitingForSubject || reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown:
-			explainSubject(say, xa, reason, message)
-		case reason == actionsv1alpha1.ReasonOutputConflict:
-			say("Nothing is sent: %s.", strings.TrimSuffix(message, "."))
-		case st.Claim != nil:
-			explainClaim(say, st.Claim, now)
-		default:
-			lastError("Last error")
-			if st.NextAttemptAt != nil {
-				say("The next attempt (%d) is due at %s (%s); nothing is sent before then.", st.Attempts+1,
-					stamp(st.NextAttemptAt.Time), until(now, st.NextAttemptAt.Time))
-			}
-			if st.Deadline != nil {
-				say("The overall deadline is %s (%s); after it the action ends Exhausted.", stamp(st.Deadline.Time), until(now, st.Deadline.Time))
-			}
-			say("Nothing to do: wait, or follow it with kubectl actionledger history %s.", name)
-		}
+		e.active(dest)
 	case actionsv1alpha1.PhaseSucceeded:
-		explainSucceeded(say, st, now)
+		explainSucceeded(e.say, e.st, now)
 	case actionsv1alpha1.PhaseFailed:
-		switch {
-		case st.Resolution != nil:
-			say("A person decided %q at %s%s.", st.Resolution.Decision, stamp(st.Resolution.At.Time), reasonText(st.Resolution.Reason))
-		case reason == actionsv1alpha1.ReasonInvalidSpec || reason == actionsv1alpha1.ReasonPathOutsideBase:
-			say("The spec cannot be sent as written; nothing was sent. Fix it and create it under a new name (the fields are immutable).")
-		case st.Response != nil:
-			say("The destination rejected it with status %d; a rejection is the outcome and is not retried.", st.Response.StatusCode)
-		}
-		lastError("Last error")
-		explainRetention(say, st, now)
-		say("Failed is final. To perform the action anyway, create a new ExternalAction with a new name.")
-	case actionsv1alpha1.PhaseOutcomeUnknown:
-		say("Attempt %d may or may not have been applied by the destination, and nothing can prove it either way; it is never re-sent by itself.", st.Attempts)
-		lastError("Last error")
-		say("Look up the key %s in the destination's own records, then decide. It is not collected until you do.", key)
-		resolveHint()
-	case actionsv1alpha1.PhaseExhausted:
-		say("It stopped after %d attempt(s): attempts, retry budget or deadline ran out.", st.Attempts)
-		lastError("Last error")
-		explainRetention(say, st, now)
-		say("Fix the cause (the last error), then ask for one more attempt:")
-		say("  kubectl actionledger resolve %s retry --reason '...'", name)
-		say("or close it with resolve %s not-applied (or applied, if you know it happened).", name)
-	case actionsv1alpha1.PhaseConflict:
-		say("Its name, the idempotency key %s, is already bound to another request (a live object or the tombstone of an earlier one); nothing was sent.", key)
-		lastError("Detail")
-		say("Use a new name for a new action. Deleting this object leaves no tombstone and does not disturb the earlier binding.")
+		e.failed()
+	default:
+		e.undecided()
 	}
-	return out
+	return e.out
+}
+
+// explainer collects the sentences of one Explain.
+type explainer struct {
+	xa              *actionsv1alpha1.ExternalAction
+	st              *actionsv1alpha1.ExternalActionStatus
+	name, key       string
+	phase           actionsv1alpha1.Phase
+	ready           *metav1.Condition
+	reason, message string
+	now             time.Time
+	out             []string
+}
+
+func newExplainer(xa *actionsv1alpha1.ExternalAction, now time.Time) *explainer {
+	e := &explainer{xa: xa, st: &xa.Status, name: xa.Name, key: xa.Status.IdempotencyKey, phase: xa.Status.Phase, now: now}
+	e.ready = meta.FindStatusCondition(e.st.Conditions, actionsv1alpha1.ConditionReady)
+	if e.ready != nil {
+		e.reason, e.message = e.ready.Reason, e.ready.Message
+	}
+	if e.key == "" {
+		e.key = xa.Namespace + "/" + xa.Name
+	}
+	if e.phase == "" {
+		e.phase = actionsv1alpha1.PhasePending
+	}
+	return e
+}
+
+func (e *explainer) say(format string, a ...any) { e.out = append(e.out, fmt.Sprintf(format, a...)) }
+
+// lastError says lastError, which repeats the condition message in most phases, only when it adds something.
+func (e *explainer) lastError(label string) {
+	if e.st.LastError != "" && !strings.Contains(e.message, e.st.LastError) {
+		e.say("%s: %s.", label, strings.TrimSuffix(e.st.LastError, "."))
+	}
+}
+
+func (e *explainer) resolveHint() {
+	e.say("Decide with one of:")
+	e.say("  kubectl actionledger resolve %s applied --reason '...'      # it happened: mark Succeeded, send nothing", e.name)
+	e.say("  kubectl actionledger resolve %s not-applied --reason '...'  # it did not happen: mark Failed", e.name)
+	e.say("  kubectl actionledger resolve %s retry --reason '...'        # send once more under the key %s", e.name, e.key)
+}
+
+// active explains a Pending or InProgress action.
+func (e *explainer) active(dest *DestinationState) {
+	st, xa, reason := e.st, e.xa, e.reason
+	switch {
+	case st.Phase == "" && e.ready == nil:
+		e.say("The controller has not recorded anything yet: check that the actionledger manager is running and watching namespace %s.", xa.Namespace)
+	case destinationReasons[reason]:
+		explainDestination(e.say, xa, dest, reason)
+	case reason == actionsv1alpha1.ReasonWaitingForSubject || reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown:
+		explainSubject(e.say, xa, reason, e.message)
+	case reason == actionsv1alpha1.ReasonOutputConflict:
+		e.say("Nothing is sent: %s.", strings.TrimSuffix(e.message, "."))
+	case st.Claim != nil:
+		explainClaim(e.say, st.Claim, e.now)
+	default:
+		e.lastError("Last error")
+		if st.NextAttemptAt != nil {
+			e.say("The next attempt (%d) is due at %s (%s); nothing is sent before then.", st.Attempts+1,
+				stamp(st.NextAttemptAt.Time), until(e.now, st.NextAttemptAt.Time))
+		}
+		if st.Deadline != nil {
+			e.say("The overall deadline is %s (%s); after it the action ends Exhausted.", stamp(st.Deadline.Time), until(e.now, st.Deadline.Time))
+		}
+		e.say("Nothing to do: wait, or follow it with kubectl actionledger history %s.", e.name)
+	}
+}
+
+// failed explains a Failed action.
+func (e *explainer) failed() {
+	st := e.st
+	switch {
+	case st.Resolution != nil:
+		e.say("A person decided %q at %s%s.", st.Resolution.Decision, stamp(st.Resolution.At.Time), reasonText(st.Resolution.Reason))
+	case e.reason == actionsv1alpha1.ReasonInvalidSpec || e.reason == actionsv1alpha1.ReasonPathOutsideBase:
+		e.say("The spec cannot be sent as written; nothing was sent. Fix it and create it under a new name (the fields are immutable).")
+	case st.Response != nil:
+		e.say("The destination rejected it with status %d; a rejection is the outcome and is not retried.", st.Response.StatusCode)
+	}
+	e.lastError("Last error")
+	explainRetention(e.say, st, e.now)
+	e.say("Failed is final. To perform the action anyway, create a new ExternalAction with a new name.")
+}
+
+// undecided explains an OutcomeUnknown, Exhausted or Conflict action: what a person can decide.
+func (e *explainer) undecided() {
+	st, name := e.st, e.name
+	switch e.phase {
+	case actionsv1alpha1.PhaseOutcomeUnknown:
+		e.say("Attempt %d may or may not have been applied by the destination, and nothing can prove it either way; it is never re-sent by itself.", st.Attempts)
+		e.lastError("Last error")
+		e.say("Look up the key %s in the destination's own records, then decide. It is not collected until you do.", e.key)
+		e.resolveHint()
+	case actionsv1alpha1.PhaseExhausted:
+		e.say("It stopped after %d attempt(s): attempts, retry budget or deadline ran out.", st.Attempts)
+		e.lastError("Last error")
+		explainRetention(e.say, st, e.now)
+		e.say("Fix the cause (the last error), then ask for one more attempt:")
+		e.say("  kubectl actionledger resolve %s retry --reason '...'", name)
+		e.say("or close it with resolve %s not-applied (or applied, if you know it happened).", name)
+	case actionsv1alpha1.PhaseConflict:
+		e.say("Its name, the idempotency key %s, is already bound to another request (a live object or the tombstone of an earlier one); nothing was sent.", e.key)
+		e.lastError("Detail")
+		e.say("Use a new name for a new action. Deleting this object leaves no tombstone and does not disturb the earlier binding.")
+	}
 }
 
 func explainDestination(say func(string, ...any), xa *actionsv1alpha1.ExternalAction, dest *DestinationState, reason string) {

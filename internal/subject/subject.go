@@ -178,16 +178,7 @@ func (l *Lock) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction, now
 			if !free {
 				return l.wait(ctx, xa, holder, true, now), nil
 			}
-			prev := ""
-			if lease.Spec.HolderIdentity != nil {
-				prev = *lease.Spec.HolderIdentity
-			}
-			log.FromContext(ctx).V(1).Info("taking over the subject from a finished or gone holder", "subject", xa.Spec.Subject, "previous", prev)
-			id := holderIdentity(xa)
-			lease.Spec.HolderIdentity = &id
-			lease.Spec.AcquireTime, lease.Spec.RenewTime = ptrMicro(now), ptrMicro(now)
-			lease.Spec.LeaseTransitions = new(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
-			werr = l.Client.Update(ctx, lease)
+			werr = l.takeOver(ctx, xa, lease, now)
 		}
 		switch {
 		case werr == nil:
@@ -200,6 +191,21 @@ func (l *Lock) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction, now
 		}
 	}
 	return &Wait{After: takeRetry}, nil
+}
+
+// takeOver makes xa the holder of lease, whose holder is finished or gone, with an Update carrying the
+// resourceVersion it was read at.
+func (l *Lock) takeOver(ctx context.Context, xa *actionsv1alpha1.ExternalAction, lease *coordinationv1.Lease, now time.Time) error {
+	prev := ""
+	if lease.Spec.HolderIdentity != nil {
+		prev = *lease.Spec.HolderIdentity
+	}
+	log.FromContext(ctx).V(1).Info("taking over the subject from a finished or gone holder", "subject", xa.Spec.Subject, "previous", prev)
+	id := holderIdentity(xa)
+	lease.Spec.HolderIdentity = &id
+	lease.Spec.AcquireTime, lease.Spec.RenewTime = ptrMicro(now), ptrMicro(now)
+	lease.Spec.LeaseTransitions = new(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+	return l.Client.Update(ctx, lease)
 }
 
 // newLease is the Lease that makes xa the holder of its subject. It has no leaseDurationSeconds: the hold
