@@ -18,11 +18,11 @@ import (
 // (migrations and health on every replica, expiry on the leader) and chains the ActionTombstone objects behind
 // it, so that tombstones written before a switch to PostgreSQL are honoured until they expire.
 func newTombstoneStore(mgr ctrl.Manager, o Options, index *objects.Index, clk clock.Clock) (tombstone.Store, error) {
-	objects := &objects.Store{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Index: index}
+	store := &objects.Store{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Index: index}
 	switch o.TombstoneStore {
 	case "", tombstone.StoreObjects:
 		metrics.InitTombstoneStore(tombstone.StoreObjects)
-		return objects, nil
+		return store, nil
 	case tombstone.StorePostgres:
 	default:
 		return nil, fmt.Errorf("tombstone store %q: want %s or %s", o.TombstoneStore, tombstone.StoreObjects, tombstone.StorePostgres)
@@ -55,5 +55,5 @@ func newTombstoneStore(mgr ctrl.Manager, o Options, index *objects.Index, clk cl
 	if err := mgr.Add(pg.Expirer()); err != nil {
 		return nil, fmt.Errorf("adding the tombstone expirer: %w", err)
 	}
-	return tombstone.Chain{Primary: pg, Fallback: objects, Now: clk.Now}, nil
+	return tombstone.Chain{Primary: pg, Fallback: store, Now: clk.Now}, nil
 }

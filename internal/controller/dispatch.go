@@ -83,8 +83,7 @@ func (r *ExternalActionReconciler) receive(c dispatch.Completion[*send.Result]) 
 // submit hands a claimed job to the dispatcher. A result already back when Submit returns (an inline
 // dispatcher, or a send that finished at once) is recorded in this reconcile; a job the dispatcher refuses is
 // recorded as not sent.
-func (r *ExternalActionReconciler) submit(ctx context.Context, xa *actionsv1alpha1.ExternalAction, job dispatch.Job[*send.Result]) (
-	*send.Result, error) {
+func (r *ExternalActionReconciler) submit(ctx context.Context, job dispatch.Job[*send.Result]) (*send.Result, error) {
 	if err := r.Dispatcher.Submit(ctx, job); err != nil {
 		return job.NotRun(err), err
 	}

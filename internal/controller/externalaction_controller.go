@@ -322,14 +322,6 @@ func (r *ExternalActionReconciler) rand() func() float64 {
 	return rand.Float64
 }
 
-// claimMargin is the configured claim margin or its default.
-func (r *ExternalActionReconciler) claimMargin() time.Duration {
-	if r.Options.ClaimMargin > 0 {
-		return r.Options.ClaimMargin
-	}
-	return ledger.DefaultClaimMargin
-}
-
 func ignoreConflict(err error) error {
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil

@@ -325,7 +325,7 @@ func (a *active) claimAndSend(ctx context.Context) (ctrl.Result, error) {
 		metrics.Retries.WithLabelValues(f.dest.ID).Inc()
 	}
 	logger.V(1).Info("claimed; dispatching", "attempt", attempt, "destination", f.dest.ID)
-	p, err := r.submit(ctx, claimed, r.parts.sender.Job(claimed, f.dest, f.target, f.body, f.env, r.claimMargin()))
+	p, err := r.submit(ctx, r.parts.sender.Job(claimed, f.dest, f.target, f.body, f.env, f.env.Margin()))
 	switch {
 	case errors.Is(err, dispatch.ErrAlreadyQueued):
 		// Not reached (Reconcile waits while the dispatcher holds the key); the claim just written then follows
@@ -375,7 +375,7 @@ func (a *active) postCheck(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: w.step.At.Sub(f.now)}, nil // a post-check's wait is not recorded
 	}
 	job := r.parts.sender.CheckJob(xa, f.dest, target, f.env)
-	p, err := r.submit(ctx, xa, job)
+	p, err := r.submit(ctx, job)
 	switch {
 	case err != nil:
 		// Stopping, or already held: nothing was asked; the next reconcile decides again.

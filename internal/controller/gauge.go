@@ -29,7 +29,7 @@ func IndexPhase(ctx context.Context, idx client.FieldIndexer) error {
 
 // GaugeUpdater sets actionledger_outcome_unknown from the cache every Interval. It runs only on the leader.
 // It also sets the subject gauges. Its Client must have the PhaseField index (IndexPhase) and the
-// SubjectWaitField index (IndexSubject, registered by the ExternalAction controller's SetupWithManager).
+// subject.WaitField index (subject.Index, registered by the ExternalAction controller's SetupWithManager).
 type GaugeUpdater struct {
 	Client   client.Reader
 	Interval time.Duration

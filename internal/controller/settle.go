@@ -97,7 +97,7 @@ func (r *ExternalActionReconciler) recordCheck(ctx context.Context, xa *actionsv
 	}
 	log.FromContext(ctx).V(1).Info("post-check", "attempt", p.Attempt, "verdict", p.Check.Verdict)
 	s := r.parts.writer.Settle(ctx, xa, func(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
-		return ledger.RecordCheck(st, p.Attempt, p.Check.Verdict, p.Check.Rec, p.Env)
+		return ledger.RecordCheck(st, p.Attempt, p.Check.Verdict, p.Check.Rec, p.Check.Why, p.Env)
 	})
 	switch {
 	case s.Written != nil:

@@ -36,7 +36,7 @@ func (e *errTombstoneStore) Error() string {
 func (e *errTombstoneStore) Unwrap() error { return e.err }
 
 // checkTombstone looks up the key's tombstone in the tombstone store (for ActionTombstone objects: proven
-// absent by the TombstoneIndex without a read when it can, else read live). done=true means step decides the
+// absent by the tombstone index (objects.Index) without a read when it can, else read live). done=true means step decides the
 // action. A lookup the store cannot answer is an *errTombstoneStore: unknown, never absent.
 func (r *ExternalActionReconciler) checkTombstone(ctx context.Context, xa *actionsv1alpha1.ExternalAction, key, fp string,
 	env ledger.Env) (ledger.Step, bool, error) {
@@ -140,7 +140,7 @@ func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actio
 		}
 	}
 	if st.Response != nil {
-		// The response as status held it: already redacted and bounded (boundStatus), so a replay gets it back.
+		// The response as status held it: already redacted and bounded (status.Bound), so a replay gets it back.
 		rec.Spec.StatusCode, rec.Spec.Response = st.Response.StatusCode, st.Response.DeepCopy()
 	}
 	store := r.parts.store

@@ -50,9 +50,6 @@ const (
 // errSecretNotAllowed marks a Secret reference outside the namespace a destination may read.
 var errSecretNotAllowed = errors.New("secret not allowed")
 
-// errDestinationNotFound marks a missing Destination or ClusterDestination.
-var errDestinationNotFound = errors.New("destination not found")
-
 // errNamespaceNotAllowed marks an action whose namespace a ClusterDestination's namespaceSelector does not match.
 var errNamespaceNotAllowed = errors.New("namespace not allowed")
 
@@ -177,7 +174,7 @@ func (r *Resolver) Resolve(ctx context.Context, xa *actionsv1alpha1.ExternalActi
 		cd := &actionsv1alpha1.ClusterDestination{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: ref.Name}, cd); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("%w: ClusterDestination %q", errDestinationNotFound, ref.Name)
+				return nil, fmt.Errorf("destination not found: ClusterDestination %q", ref.Name)
 			}
 			return nil, fmt.Errorf("reading ClusterDestination %q: %w", ref.Name, err)
 		}
@@ -190,7 +187,7 @@ func (r *Resolver) Resolve(ctx context.Context, xa *actionsv1alpha1.ExternalActi
 		d := &actionsv1alpha1.Destination{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: ref.Name}, d); err != nil {
 			if apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("%w: Destination %s/%s", errDestinationNotFound, xa.Namespace, ref.Name)
+				return nil, fmt.Errorf("destination not found: Destination %s/%s", xa.Namespace, ref.Name)
 			}
 			return nil, fmt.Errorf("reading Destination %s/%s: %w", xa.Namespace, ref.Name, err)
 		}
@@ -520,7 +517,7 @@ func (s secretReader) authHeader(a *actionsv1alpha1.AuthConfig) (http.Header, []
 		pair := string(u) + ":" + string(p)
 		enc := base64.StdEncoding.EncodeToString([]byte(pair))
 		h.Set("Authorization", "Basic "+enc)
-		// A username shorter than redact.MinSecretLength is not redacted (newRedactor ignores it): it is an identity.
+		// A username shorter than redact.MinSecretLength is not redacted (redact.New ignores it): it is an identity.
 		secrets = append(secrets, "Basic "+enc, enc, pair, string(p), string(u))
 	}
 	for _, hs := range a.Headers {

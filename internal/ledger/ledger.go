@@ -58,6 +58,14 @@ type Env struct {
 	Outputs bool
 }
 
+// Margin is the claim margin in force: env.ClaimMargin, or DefaultClaimMargin when it is not positive.
+func (e Env) Margin() time.Duration {
+	if e.ClaimMargin > 0 {
+		return e.ClaimMargin
+	}
+	return DefaultClaimMargin
+}
+
 // Kind is what the controller does after writing Step.Status (if any).
 type Kind string
 
@@ -168,7 +176,7 @@ func Advance(cur *actionsv1alpha1.ExternalActionStatus, env Env) Step {
 	return claim(cur, env)
 }
 
-// claim opens attempt Attempts+1 held by env.Holder with an absolute expiry (never zero, C06).
+// claim opens attempt Attempts+1 held by env.Holder with an absolute expiry (never zero).
 func claim(cur *actionsv1alpha1.ExternalActionStatus, env Env) Step {
 	st := cur.DeepCopy()
 	st.Attempts++
@@ -176,12 +184,9 @@ func claim(cur *actionsv1alpha1.ExternalActionStatus, env Env) Step {
 	if timeout <= 0 {
 		timeout = DefaultAttemptTimeout
 	}
-	margin := env.ClaimMargin
-	if margin <= 0 {
-		margin = DefaultClaimMargin
-	}
+	margin := env.Margin()
 	// metav1.Time is stored with second precision: round the expiry up so that the stored value is never earlier
-	// than timeout plus margin after the claim (C06: a duration written in one unit and read in another).
+	// than timeout plus margin after the claim (a duration is never written in one unit and read in another).
 	expires := env.Now.Add(timeout + margin)
 	if t := expires.Truncate(time.Second); !t.Equal(expires) {
 		expires = t.Add(time.Second)
@@ -276,7 +281,8 @@ func conditionMessage(st *actionsv1alpha1.ExternalActionStatus) string {
 func uncertain(cur *actionsv1alpha1.ExternalActionStatus, env Env, errorClass, why string) Step {
 	c := cur.Claim
 	st := cur.DeepCopy()
-	if !hasHistory(st, c.Attempt) {
+	added := !hasHistory(st, c.Attempt)
+	if added {
 		upsertHistory(st, actionsv1alpha1.AttemptRecord{
 			Number: c.Attempt, StartedAt: c.StartedAt, FinishedAt: ptrTime(env.Now),
 			Result: string(retry.ClassUncertain), ErrorClass: errorClass,
@@ -291,8 +297,8 @@ func uncertain(cur *actionsv1alpha1.ExternalActionStatus, env Env, errorClass, w
 			setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonPostCheckPending, why+"; asking the post-check", env)
 			return Step{Kind: KindPostCheck, Status: st}
 		}
-		if equalHistory(cur, st) {
-			return Step{Kind: KindPostCheck}
+		if !added {
+			return Step{Kind: KindPostCheck} // nothing changed: ask again without a write
 		}
 		return Step{Kind: KindPostCheck, Status: st}
 	default:
@@ -309,7 +315,12 @@ func uncertain(cur *actionsv1alpha1.ExternalActionStatus, env Env, errorClass, w
 }
 
 // RecordCheck applies a post-check verdict for the open claim of attempt.
-func RecordCheck(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, v Verdict, resp *actionsv1alpha1.ResponseRecord, env Env) (Step, bool) {
+//
+// why says, for an inconclusive verdict, why the check proved nothing when that is not plain from the answer (an
+// applied or notApplied expression that failed to evaluate); it goes into the condition message. It never
+// carries a response value.
+func RecordCheck(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, v Verdict, resp *actionsv1alpha1.ResponseRecord,
+	why string, env Env) (Step, bool) {
 	c := cur.Claim
 	if c == nil || c.Attempt != attempt {
 		return Step{}, false
@@ -334,15 +345,19 @@ func RecordCheck(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, v Ver
 		return schedule(st, env, "", fmt.Sprintf("the post-check proved attempt %d not applied", attempt)), true
 	default:
 		st.Claim.PostChecks++
+		if why != "" {
+			why = " (" + why + ")"
+		}
 		if st.Claim.PostChecks >= maxPostChecks(env) {
 			return uncertain(st, Env{Now: env.Now, Holder: env.Holder, Generation: env.Generation, Policy: env.Policy,
 				Retention: env.Retention, PostCheck: false, Rand: env.Rand}, "PostCheckInconclusive",
-				fmt.Sprintf("attempt %d is uncertain and %d post-check(s) were inconclusive", attempt, st.Claim.PostChecks)), true
+				fmt.Sprintf("attempt %d is uncertain and %d post-check(s) were inconclusive%s", attempt, st.Claim.PostChecks, why)), true
 		}
 		wait := retry.Backoff(env.Policy, int(st.Claim.PostChecks), env.Rand)
 		st.Claim.ExpiresAt = metav1.NewTime(ceilSecond(env.Now.Add(wait)))
 		setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonPostCheckPending,
-			fmt.Sprintf("post-check %d for attempt %d was inconclusive; asking again at %s", st.Claim.PostChecks, attempt, st.Claim.ExpiresAt.UTC().Format(time.RFC3339)), env)
+			fmt.Sprintf("post-check %d for attempt %d was inconclusive%s; asking again at %s", st.Claim.PostChecks, attempt, why,
+				st.Claim.ExpiresAt.UTC().Format(time.RFC3339)), env)
 		return Step{Kind: KindWait, At: st.Claim.ExpiresAt.Time, Status: st}, true
 	}
 }
@@ -781,10 +796,6 @@ func hasHistory(st *actionsv1alpha1.ExternalActionStatus, n int32) bool {
 		}
 	}
 	return false
-}
-
-func equalHistory(a, b *actionsv1alpha1.ExternalActionStatus) bool {
-	return len(a.AttemptHistory) == len(b.AttemptHistory)
 }
 
 func markHistory(st *actionsv1alpha1.ExternalActionStatus, n int32, result string) {

@@ -348,7 +348,7 @@ func TestRecordStaleAttempt(t *testing.T) {
 	if step, ok := Record(st, 2, o, env); ok || step.Status != nil {
 		t.Errorf("outcome without an open claim: %+v %v", step, ok)
 	}
-	if step, ok := RecordCheck(st, 2, VerdictApplied, nil, env); ok || step.Status != nil {
+	if step, ok := RecordCheck(st, 2, VerdictApplied, nil, "", env); ok || step.Status != nil {
 		t.Errorf("post-check without an open claim: %+v %v", step, ok)
 	}
 }
@@ -363,7 +363,7 @@ func TestRecordCheck(t *testing.T) {
 		return step.Status
 	}
 	t.Run("applied", func(t *testing.T) {
-		step, ok := RecordCheck(start(), 1, VerdictApplied, &actionsv1alpha1.ResponseRecord{StatusCode: 200}, env)
+		step, ok := RecordCheck(start(), 1, VerdictApplied, &actionsv1alpha1.ResponseRecord{StatusCode: 200}, "", env)
 		if !ok || step.Status.Phase != actionsv1alpha1.PhaseSucceeded || step.Status.Claim != nil || step.Status.AttemptHistory[0].Result != "Applied" ||
 			step.Status.Response == nil || step.Status.Response.StatusCode != 200 {
 			t.Fatalf("%+v", step.Status)
@@ -371,7 +371,7 @@ func TestRecordCheck(t *testing.T) {
 		checkConditions(t, step.Status, 3)
 	})
 	t.Run("not applied resends", func(t *testing.T) {
-		step, ok := RecordCheck(start(), 1, VerdictNotApplied, nil, env)
+		step, ok := RecordCheck(start(), 1, VerdictNotApplied, nil, "", env)
 		if !ok || step.Kind != KindWait || step.Status.Phase != actionsv1alpha1.PhaseInProgress || step.Status.Claim != nil ||
 			step.Status.NextAttemptAt == nil || step.Status.AttemptHistory[0].Result != "NotApplied" {
 			t.Fatalf("%+v", step.Status)
@@ -383,7 +383,7 @@ func TestRecordCheck(t *testing.T) {
 		}
 	})
 	t.Run("inconclusive until maxChecks, then OutcomeUnknown", func(t *testing.T) {
-		step, ok := RecordCheck(start(), 1, VerdictInconclusive, nil, env)
+		step, ok := RecordCheck(start(), 1, VerdictInconclusive, nil, "", env)
 		if !ok || step.Kind != KindWait || step.Status.Claim == nil || step.Status.Claim.PostChecks != 1 || !step.Status.Claim.ExpiresAt.After(env.Now) {
 			t.Fatalf("first inconclusive: %+v", step)
 		}
@@ -392,12 +392,34 @@ func TestRecordCheck(t *testing.T) {
 		if again := Advance(step.Status, e); again.Kind != KindPostCheck {
 			t.Fatalf("after the wait: %+v", again)
 		}
-		step, ok = RecordCheck(step.Status, 1, VerdictInconclusive, nil, e)
+		step, ok = RecordCheck(step.Status, 1, VerdictInconclusive, nil, "", e)
 		if !ok || step.Status.Phase != actionsv1alpha1.PhaseOutcomeUnknown || step.Status.Claim != nil || step.Event == nil || !step.Event.Warning {
 			t.Fatalf("second inconclusive: %+v", step)
 		}
 		checkConditions(t, step.Status, 3)
 	})
+	t.Run("an expression that failed to evaluate is named in the condition", func(t *testing.T) {
+		why := "spec.reconciliation.applied failed to evaluate on the response"
+		step, _ := RecordCheck(start(), 1, VerdictInconclusive, nil, why, env)
+		if c := conditionOf(step.Status, actionsv1alpha1.ConditionReady); c == nil || !strings.Contains(c.Message, why) {
+			t.Fatalf("first inconclusive: Ready %+v, want its message to say %q", c, why)
+		}
+		e := env
+		e.Now = step.At
+		step, _ = RecordCheck(step.Status, 1, VerdictInconclusive, nil, why, e)
+		if !strings.Contains(step.Event.Message, why) {
+			t.Fatalf("OutcomeUnknown event %q, want it to say %q", step.Event.Message, why)
+		}
+	})
+}
+
+func conditionOf(st *actionsv1alpha1.ExternalActionStatus, t string) *metav1.Condition {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == t {
+			return &st.Conditions[i]
+		}
+	}
+	return nil
 }
 
 func outcomeUnknown(env Env) *actionsv1alpha1.ExternalActionStatus {

@@ -52,7 +52,7 @@ func TestOutputsGateReady(t *testing.T) {
 			return s.Status
 		}, actionsv1alpha1.ReasonOutputsNotAvailable},
 		{"post-check applied", func(e Env) *actionsv1alpha1.ExternalActionStatus {
-			s, _ := RecordCheck(claimed(e, 1), 1, VerdictApplied, nil, e)
+			s, _ := RecordCheck(claimed(e, 1), 1, VerdictApplied, nil, "", e)
 			return s.Status
 		}, actionsv1alpha1.ReasonOutputsNotAvailable},
 	} {

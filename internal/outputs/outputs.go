@@ -37,10 +37,10 @@ import (
 )
 
 // How spec.outputs flows. The values are taken from the response of the attempt that succeeded, in the send
-// itself (holdOutputs: the whole body up to MaxOutputResponseBytes, the destination's Secret values redacted),
+// itself (Hold: the whole body up to MaxOutputResponseBytes, the destination's Secret values redacted),
 // and held in m.outputs, in memory only: they may be secret, so they are never put in status, events or logs.
 // The outcome is recorded first (DESIGN rule 2; ledger.Record leaves Ready False with OutputsReady reason
-// OutputsPending), then settleOutputs creates the target and records OutputsReady (ledger.SettleOutputs). A
+// OutputsPending), then Settle creates the target and records OutputsReady (ledger.SettleOutputs). A
 // process that stops between the two loses the values: the next manager finds OutputsPending with nothing in
 // memory and records OutputLost, unless the target this action created is already there. Nothing is ever sent
 // again to re-derive them.
@@ -146,7 +146,7 @@ func (mgr *Manager) Check(xa *actionsv1alpha1.ExternalAction) error {
 const outputEvalBudget = 2 * time.Second
 
 // Hold evaluates spec.outputs.values on the successful response resp and holds the result in memory
-// until settleOutputs writes it. The expressions see the body as received up to MaxOutputResponseBytes and the
+// until Settle writes it. The expressions see the body as received up to MaxOutputResponseBytes and the
 // headers, with the destination's Secret values replaced by Redacted (DESIGN rule 11: a value read from a
 // Secret goes into the request and nowhere else, so it never reaches an output either).
 func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction, resp *httpexec.Response, red *redact.Redactor) {

@@ -65,6 +65,9 @@ type CheckResult struct {
 	Rec     *actionsv1alpha1.ResponseRecord
 	// Skipped: the check was never sent (the manager stopped, or no slot in time): nothing to record, ask again.
 	Skipped bool
+	// Why says why an inconclusive answer proved nothing when an expression failed to evaluate on it; never a
+	// response value (a CEL error may quote one, so its text is not kept).
+	Why string
 }
 
 // Sender sends attempts and post-checks.
@@ -370,16 +373,26 @@ func (s *Sender) verdict(dest *destination.Resolved, res httpexec.Result, red *r
 	rc := dest.Spec.Reconciliation
 	out.Rec = ResponseRecord(res.Response, red)
 	in := exprResponse(res.Response)
-	if p, err := s.Exprs.Get(rc.Applied); err == nil {
-		if ok, _ := p.Eval(in); ok {
-			out.Verdict = ledger.VerdictApplied
+	var failed []string
+	for _, c := range []struct {
+		field, src string
+		verdict    ledger.Verdict
+	}{{"applied", rc.Applied, ledger.VerdictApplied}, {"notApplied", rc.NotApplied, ledger.VerdictNotApplied}} {
+		p, err := s.Exprs.Get(c.src)
+		if err != nil {
+			failed = append(failed, "spec.reconciliation."+c.field+" does not compile")
+			continue
+		}
+		ok, err := p.Eval(in)
+		if err != nil {
+			failed = append(failed, "spec.reconciliation."+c.field+" failed to evaluate on the response")
+			continue
+		}
+		if ok {
+			out.Verdict = c.verdict
 			return out
 		}
 	}
-	if p, err := s.Exprs.Get(rc.NotApplied); err == nil {
-		if ok, _ := p.Eval(in); ok {
-			out.Verdict = ledger.VerdictNotApplied
-		}
-	}
+	out.Why = strings.Join(failed, "; ")
 	return out
 }

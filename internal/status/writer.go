@@ -247,9 +247,9 @@ func (w *Writer) update(ctx context.Context, upd *actionsv1alpha1.ExternalAction
 	return nil
 }
 
-// afterWrite runs once the status write of step succeeded (prev is the phase before it): it logs a phase
-// change, moves the outcome_unknown gauge at the transition (GaugeUpdater's refresh corrects it), emits the
-// step's event and records the terminal metrics.
+// afterWrite runs once the status write of step succeeded (prev is the phase before it): it emits the step's
+// event and, at a phase change only, logs it, moves the outcome_unknown gauge (GaugeUpdater's refresh corrects
+// it), runs Finished and records the terminal metrics.
 func (w *Writer) afterWrite(ctx context.Context, prev actionsv1alpha1.Phase, xa *actionsv1alpha1.ExternalAction,
 	step ledger.Step, destID string) {
 	if step.Event != nil {
@@ -259,14 +259,15 @@ func (w *Writer) afterWrite(ctx context.Context, prev actionsv1alpha1.Phase, xa 
 		destID = w.DestinationID(xa)
 	}
 	phase := step.Status.Phase
-	if phase != prev {
-		logPhaseChange(ctx, xa, prev, destID)
-		switch actionsv1alpha1.PhaseOutcomeUnknown {
-		case phase:
-			metrics.OutcomeUnknown.Inc()
-		case prev:
-			metrics.OutcomeUnknown.Dec()
-		}
+	if phase == prev {
+		return // the terminal bookkeeping below is done once, at the transition
+	}
+	logPhaseChange(ctx, xa, prev, destID)
+	switch actionsv1alpha1.PhaseOutcomeUnknown {
+	case phase:
+		metrics.OutcomeUnknown.Inc()
+	case prev:
+		metrics.OutcomeUnknown.Dec()
 	}
 	if !phase.Terminal() {
 		return

@@ -31,14 +31,14 @@ import (
 // How spec.subject works (docs/concepts.md, "One action at a time per subject"):
 //
 //   - The hold is a coordination.k8s.io/v1 Lease per namespace and subject, named LeaseName(subject), whose
-//     holderIdentity is "<name>/<uid>" of the holding action. It is taken before every claim (holdSubject) with
+//     holderIdentity is "<name>/<uid>" of the holding action. It is taken before every claim (Hold) with
 //     an optimistic-concurrency write: a Create when there is none, else an Update carrying the resourceVersion it
 //     was read at (a take-over from a holder that is gone or finished, or a touch of our own hold). Two actions, on
 //     any number of managers with any cache lag, cannot both win: the API server serializes writes to one object.
 //     The claim (DESIGN rule 1) is written only after the hold is ours, so an attempt is only ever in flight under
 //     the hold.
-//   - The hold ends when the holder's outcome is terminal and recorded, except OutcomeUnknown (releaseSubject,
-//     from afterWrite and reconcileTerminal), and when the holder is finalized (finalize). The release is a Delete
+//   - The hold ends when the holder's outcome is terminal and recorded, except OutcomeUnknown (Release,
+//     from the status writer's Finished hook and reconcileTerminal), and when the holder is finalized. The release is a Delete
 //     with UID and resourceVersion preconditions. A missed release costs nothing: the next action takes the Lease
 //     over once a fresh read shows its holder gone, or terminal (not OutcomeUnknown) without an open claim.
 //   - Creation order is best effort: before it takes the Lease, an action waits for any earlier-created
@@ -79,7 +79,7 @@ const (
 	recheck = 30 * time.Second
 	// takeRetry is how soon Hold is tried again after subjectTakeTries lost races for the Lease.
 	takeRetry = 200 * time.Millisecond
-	// subjectTakeTries bounds the optimistic-concurrency writes of one holdSubject call.
+	// subjectTakeTries bounds the optimistic-concurrency writes of one Hold call.
 	subjectTakeTries = 4
 	// releaseTimeout bounds a release made outside a reconcile's own context.
 	releaseTimeout = 5 * time.Second

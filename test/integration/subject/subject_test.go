@@ -28,9 +28,9 @@ func plain(s *actionsv1alpha1.DestinationSpec) {
 	s.Timeout = &metav1.Duration{Duration: time.Second}
 }
 
-func onSubject(ns, name, path, subject string) *actionsv1alpha1.ExternalAction {
+func onSubject(ns, name, path, subj string) *actionsv1alpha1.ExternalAction {
 	xa := envtestutil.Action(ns, name, "pay", path, `{"order":19}`)
-	xa.Spec.Subject = subject
+	xa.Spec.Subject = subj
 	return xa
 }
 
@@ -166,7 +166,7 @@ func TestOneAtATimeAcrossManagers(t *testing.T) {
 
 // kubectl get xa -o wide shows the subject and why the action waits (the server-side Table of the CRD's
 // printer columns, as kubectl prints it).
-func checkWideColumns(t *testing.T, ns, name, subject, reason string) {
+func checkWideColumns(t *testing.T, ns, name, subj, reason string) {
 	t.Helper()
 	hc, err := rest.HTTPClientFor(env.Config)
 	if err != nil {
@@ -191,7 +191,7 @@ func checkWideColumns(t *testing.T, ns, name, subject, reason string) {
 	for i, c := range table.ColumnDefinitions {
 		cells[c.Name] = table.Rows[0].Cells[i]
 	}
-	if cells["SUBJECT"] != subject || cells["REASON"] != reason || !strings.Contains(fmt.Sprint(cells["MESSAGE"]), "held by") {
+	if cells["SUBJECT"] != subj || cells["REASON"] != reason || !strings.Contains(fmt.Sprint(cells["MESSAGE"]), "held by") {
 		t.Errorf("kubectl get xa -o wide cells = %v", cells)
 	}
 }

@@ -1,0 +1,138 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/ledger"
+)
+
+func newWriter(t *testing.T, objs ...client.Object) (*Writer, client.Client, *events.FakeRecorder) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := actionsv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(objs...).Build()
+	rec := events.NewFakeRecorder(10)
+	return &Writer{Client: c, Reader: c, Recorder: rec, Clock: clock.RealClock{},
+		DestinationID: func(*actionsv1alpha1.ExternalAction) string { return "Destination/ns/d" }}, c, rec
+}
+
+func action() *actionsv1alpha1.ExternalAction {
+	return &actionsv1alpha1.ExternalAction{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", Generation: 1},
+		Spec: actionsv1alpha1.ExternalActionSpec{DestinationRef: actionsv1alpha1.DestinationReference{Name: "d"}}}
+}
+
+func waitStep(reason string) ledger.Step {
+	st := &actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhasePending, LastError: "waiting"}
+	return ledger.Step{Kind: ledger.KindWait, Status: st, Event: &ledger.Event{Warning: true, Reason: reason, Message: "m"}}
+}
+
+// Apply on a stale copy writes nothing and emits nothing (its Event would announce a transition that lost);
+// on the current copy it writes and emits once.
+func TestApplyConflictEmitsNothing(t *testing.T) {
+	w, c, rec := newWriter(t, action())
+	ctx := context.Background()
+	cur := &actionsv1alpha1.ExternalAction{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(action()), cur); err != nil {
+		t.Fatal(err)
+	}
+	stale := cur.DeepCopy()
+	upd, err := w.Apply(ctx, cur, waitStep("First"), "")
+	if err != nil || upd == nil {
+		t.Fatalf("Apply on the current copy: %v, %v", upd, err)
+	}
+	if upd, err := w.Apply(ctx, stale, waitStep("Second"), ""); err != nil || upd != nil {
+		t.Fatalf("Apply on a stale copy: %v, %v; want nothing written and no error", upd, err)
+	}
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	if len(got) != 1 || !strings.Contains(got[0], "First") {
+		t.Fatalf("events %q, want exactly the one of the write that won", got)
+	}
+}
+
+// A claim decided on a stale copy is ErrClaimLost: nothing may be sent.
+func TestClaimConflictIsLost(t *testing.T) {
+	w, c, _ := newWriter(t, action())
+	ctx := context.Background()
+	cur := &actionsv1alpha1.ExternalAction{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(action()), cur); err != nil {
+		t.Fatal(err)
+	}
+	stale := cur.DeepCopy()
+	if _, err := w.Apply(ctx, cur, waitStep("Moved"), ""); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NewTime(time.Now())
+	st := &actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseInProgress, Attempts: 1,
+		Claim: &actionsv1alpha1.AttemptClaim{Attempt: 1, Holder: "h", StartedAt: now, ExpiresAt: now}}
+	if _, err := w.Claim(ctx, stale, ledger.Step{Kind: ledger.KindSend, Status: st}); !errors.Is(err, ErrClaimLost) {
+		t.Fatalf("Claim on a stale copy: %v, want ErrClaimLost", err)
+	}
+}
+
+// Settle decides again on a fresh read after a Conflict, and reports Closed when the fresh copy has nothing to
+// settle.
+func TestSettleDecidesAgainOnFreshRead(t *testing.T) {
+	w, c, _ := newWriter(t, action())
+	ctx := context.Background()
+	cur := &actionsv1alpha1.ExternalAction{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(action()), cur); err != nil {
+		t.Fatal(err)
+	}
+	stale := cur.DeepCopy()
+	if _, err := w.Apply(ctx, cur, waitStep("Moved"), ""); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	s := w.Settle(ctx, stale, func(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
+		calls++
+		if st.LastError != "waiting" {
+			return ledger.Step{Status: &actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhasePending}}, true
+		}
+		return ledger.Step{}, false // the fresh copy: settled elsewhere
+	})
+	if !s.Closed || s.Written != nil || calls != 2 {
+		t.Fatalf("Settle = %+v after %d decisions; want Closed after deciding again on the fresh copy", s, calls)
+	}
+}
+
+func TestBound(t *testing.T) {
+	long := strings.Repeat("é", 5000) // 10000 bytes
+	st := &actionsv1alpha1.ExternalActionStatus{
+		AttemptHistory: []actionsv1alpha1.AttemptRecord{{Number: 1, RetryAfter: strings.Repeat("9", 200)}},
+		LastError:      long,
+		Response: &actionsv1alpha1.ResponseRecord{StatusCode: 503, Body: long,
+			Headers: map[string]string{"Location": long}},
+	}
+	Bound(st)
+	if got := st.AttemptHistory[0].RetryAfter; len(got) != actionsv1alpha1.MaxRetryAfterLength {
+		t.Errorf("retryAfter has %d bytes", len(got))
+	}
+	for name, v := range map[string]string{"lastError": st.LastError, "body": st.Response.Body, "Location": st.Response.Headers["Location"]} {
+		if !utf8.ValidString(v) || len(v) > actionsv1alpha1.MaxResponseBodyLength {
+			t.Errorf("%s: %d bytes, valid UTF-8 %v", name, len(v), utf8.ValidString(v))
+		}
+	}
+	if len(st.Response.Headers["Location"]) > actionsv1alpha1.MaxResponseHeaderValueLength || !st.Response.BodyTruncated ||
+		len(st.LastError) > actionsv1alpha1.MaxLastErrorLength {
+		t.Errorf("bounds not applied: %d, %v, %d", len(st.Response.Headers["Location"]), st.Response.BodyTruncated, len(st.LastError))
+	}
+}
