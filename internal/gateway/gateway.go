@@ -349,11 +349,14 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 	log := g.opts.Log.WithValues("externalAction", obj.String())
 	ctx := r.Context()
 
+	// get before anything is read: every answer below may carry an action's recorded outcome (a repeat, a
+	// tombstone, or the controller's replay of a tombstone the gateway cannot see into the object it creates),
+	// and a caller who may not get gets the same 403 whether the key exists or not.
+	if !g.authorize(w, r, u, "get", obj.Namespace, obj.Name) {
+		return
+	}
 	xa := &actionsv1alpha1.ExternalAction{}
 	if err := g.cache.Get(ctx, obj, xa); err == nil {
-		if !g.authorize(w, r, u, "get", obj.Namespace, obj.Name) {
-			return
-		}
 		if !xa.Status.Phase.Terminal() {
 			// The cache may lag behind the outcome another replica has already seen: read once, live, before
 			// answering 409 (a read per repeat while in progress, never a poll).
@@ -367,11 +370,11 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 	}
 	ts := &actionsv1alpha1.ActionTombstone{}
 	if err := g.cache.Get(ctx, obj, ts); err == nil && g.opts.Now().Before(ts.Spec.ExpiresAt.Time) {
-		if g.authorize(w, r, u, "get", obj.Namespace, obj.Name) {
-			g.tombstone(w, ts, fp)
-		}
+		g.tombstone(w, ts, fp)
 		return
 	}
+	// create only for a key the caller may already read: a 403 here tells a caller who may get that the key
+	// is free, which a GET of the status resource tells it too.
 	if !g.authorize(w, r, u, "create", obj.Namespace, "") {
 		return
 	}
@@ -387,10 +390,8 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 		log.V(1).Info("Created ExternalAction", "user", u.GetName())
 		g.await(w, r, obj, xa, wait, applied)
 	case apierrors.IsAlreadyExists(err):
-		// Another request holds the key (perhaps on another replica, or the cache lags): a repeat.
-		if !g.authorize(w, r, u, "get", obj.Namespace, obj.Name) {
-			return
-		}
+		// Another request holds the key (perhaps on another replica, or the cache lags): a repeat, which get
+		// (checked above) allows.
 		live := &actionsv1alpha1.ExternalAction{}
 		if err := g.client.Get(ctx, obj, live); err != nil {
 			if apierrors.IsNotFound(err) {

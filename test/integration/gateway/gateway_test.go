@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -355,6 +356,60 @@ func TestAuthorization(t *testing.T) {
 	if e := srv.Effects(ns + "/mine-1"); e != 1 {
 		t.Errorf("effects %d, want 1", e)
 	}
+}
+
+// Rows 5 and 6 of issue 23, through the real gateway and RBAC. A caller who may not get externalactions in
+// the namespace receives the same bytes for a key an action holds and for a free key (before, the first said
+// "may not get" and the second "may not create": an existence oracle), and a caller with create but not get
+// cannot create (before, it got the new action's outcome, which may be the controller's replay of a tombstone
+// the gateway does not see).
+func TestForbiddenAnswersDoNotTellWhetherAKeyExists(t *testing.T) {
+	ns := env.Namespace(t)
+	dest(t, ns, destination.Options{}, nil)
+	path := "/v1/namespaces/" + ns + "/destinations/shop/charges"
+	owner := caller(t, ns, "checkout", "create", "get")
+	if a := do(t, req{path: path, key: "held-1", body: `{"amount":1}`, token: owner}); a.status != http.StatusCreated {
+		t.Fatalf("owner: %d %s", a.status, a.body)
+	}
+	for _, who := range []struct {
+		name  string
+		verbs []string
+	}{{"nobody", nil}, {"creator", []string{"create"}}} {
+		t.Run(who.name, func(t *testing.T) {
+			tok := caller(t, ns, who.name, who.verbs...)
+			held := do(t, req{path: path, key: "held-1", body: `{"amount":1}`, token: tok})
+			free := do(t, req{gw: 1, path: path, key: "free-" + who.name, body: `{"amount":1}`, token: tok})
+			for _, a := range []answer{held, free} {
+				if a.status != http.StatusForbidden {
+					t.Fatalf("%d %s, want 403", a.status, a.body)
+				}
+			}
+			held.header.Del("Date")
+			free.header.Del("Date")
+			if held.body != free.body || !equalHeaders(held.header, free.header) {
+				t.Errorf("held key: %v %s\nfree key: %v %s\nthe answers differ, so they tell whether a key exists",
+					held.header, held.body, free.header, free.body)
+			}
+			if !strings.Contains(free.body, "may not get externalactions") {
+				t.Errorf("free key: %s, want the get refusal", free.body)
+			}
+			if n := count(t, ns); n != 1 {
+				t.Errorf("%d ExternalActions in the namespace, want only the owner's", n)
+			}
+		})
+	}
+}
+
+func equalHeaders(a, b http.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
 }
 
 // After the object is collected its tombstone answers: the recorded response (status code, kept headers and
