@@ -23,11 +23,14 @@
 //     every later answer can carry a recorded outcome, and a caller who may not get receives the same
 //     bytes for a known and an unknown key.
 //  4. The key's object is looked up in the informer cache, then its tombstone. Found: the fingerprint
-//     decides between a replay, 409 and 422. Not found: the caller needs "create externalactions" as well
-//     and the gateway creates the object. The create is the reservation: AlreadyExists means another
-//     request (maybe on another replica) holds the key, and the request continues as a repeat, read live
-//     from the API server. A new object may still be answered from a tombstone the gateway does not see
-//     (the controller's replay, e.g. from the PostgreSQL store), which is why get is asked of every
+//     decides between a replay, 409 and 422. Not found: the gateway creates the object as the caller
+//     (constrained impersonation, ImpersonatingConfig), so the API server's RBAC decides whether the caller
+//     may create (no SubjectAccessReview for it), its admission sees the caller (the requested-by
+//     annotation is set from request.userInfo by config/admission/requested_by_policy.yaml) and its audit
+//     log names the caller. The create is the reservation: AlreadyExists means another request (maybe on
+//     another replica) holds the key, and the request continues as a repeat, read live from the API
+//     server, again as the caller. A new object may still be answered from a tombstone the gateway does not
+//     see (the controller's replay, e.g. from the PostgreSQL store), which is why get is asked of every
 //     request and not only of repeats.
 //  5. The request that created the object waits for a terminal phase (Prefer: wait, RFC 7240) on the
 //     informer's events, never by polling, and answers the outcome, or 202 with the status resource.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -63,9 +64,11 @@ func (c *readCache) readCount() int {
 }
 
 // authzGateway is a Gateway over a readCache holding, in namespace "shop", the Succeeded action "known-1" and
-// the tombstone of "buried-1" (both for a POST /charges with body {"amount":1}), and a fake API client that
-// counts calls. Callers are named by their token; rights maps each caller to the verbs it may use on
-// externalactions in "shop".
+// the tombstone of "buried-1" (both for a POST /charges with body {"amount":1}), and fake API clients that
+// count calls. Callers are named by their token; rights maps each caller to the verbs it may use on
+// externalactions in "shop", both for the SubjectAccessReviews and for the API server, which authorizes the
+// requests the gateway makes as the caller (the user in the request's context, as ImpersonatingConfig sends
+// it) and refuses them with 403 as RBAC would.
 func authzGateway(t *testing.T, rights map[string][]string) (*Gateway, *readCache, *int) {
 	t.Helper()
 	scheme := runtime.NewScheme()
@@ -89,28 +92,47 @@ func authzGateway(t *testing.T, rights map[string][]string) (*Gateway, *readCach
 		{Namespace: "shop", Name: "buried-1"}: {buried},
 	}}
 	calls := new(int)
-	count := func() { *calls++ }
-	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, o client.Object, opts ...client.GetOption) error {
-			count()
-			return c.Get(ctx, k, o, opts...)
-		},
-		Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
-			count()
-			return c.Create(ctx, o, opts...)
-		},
-	}).Build()
+	allowed := func(u user.Info, verb string) bool { return u != nil && slices.Contains(rights[u.GetName()], verb) }
+	// check counts a call and, for the client acting as callers, authorizes it as the API server would.
+	check := func(ctx context.Context, asCaller bool, verb, name string) error {
+		*calls++
+		if !asCaller {
+			return nil
+		}
+		u, _ := ctx.Value(callerKey{}).(user.Info)
+		if !allowed(u, verb) {
+			return apierrors.NewForbidden(schema.GroupResource{Group: actionsv1alpha1.GroupVersion.Group, Resource: "externalactions"},
+				name, errors.New("RBAC: access denied"))
+		}
+		return nil
+	}
+	newClient := func(asCaller bool) client.Client {
+		return fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, o client.Object, opts ...client.GetOption) error {
+				if err := check(ctx, asCaller, "get", k.Name); err != nil {
+					return err
+				}
+				return c.Get(ctx, k, o, opts...)
+			},
+			Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
+				if err := check(ctx, asCaller, "create", o.GetName()); err != nil {
+					return err
+				}
+				return c.Create(ctx, o, opts...)
+			},
+		}).Build()
+	}
 	authn := authenticator.RequestFunc(func(r *http.Request) (*authenticator.Response, bool, error) {
 		name := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		return &authenticator.Response{User: &user.DefaultInfo{Name: name}}, name != "", nil
 	})
 	authz := authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-		if a.GetNamespace() == "shop" && a.GetResource() == "externalactions" && slices.Contains(rights[a.GetUser().GetName()], a.GetVerb()) {
+		if a.GetNamespace() == "shop" && a.GetResource() == "externalactions" && allowed(a.GetUser(), a.GetVerb()) {
 			return authorizer.DecisionAllow, "", nil
 		}
 		return authorizer.DecisionNoOpinion, "", nil
 	})
-	g, err := New(t.Context(), c, ca, Options{Authenticator: authn, Authorizer: authz, DefaultWait: time.Nanosecond})
+	g, err := New(t.Context(), newClient(false), newClient(true), ca, Options{Authenticator: authn, Authorizer: authz, DefaultWait: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +188,8 @@ func TestAuthorizeGetBeforeAnyRead(t *testing.T) {
 }
 
 // A caller who may get but not create repeats held keys (the action's and the tombstone's outcome) but cannot
-// create a new one; one who may do both creates it.
+// create a new one: the create is made as the caller, and the API server's refusal is the same 403 as a
+// SubjectAccessReview's; one who may do both creates it.
 func TestCreateNeedsCreateAfterGet(t *testing.T) {
 	g, _, calls := authzGateway(t, map[string][]string{"reader": {"get"}, "owner": {"get", "create"}})
 	for key, want := range map[string]int{"known-1": http.StatusCreated, "buried-1": http.StatusCreated} {
@@ -178,14 +201,14 @@ func TestCreateNeedsCreateAfterGet(t *testing.T) {
 	if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "may not create externalactions") {
 		t.Errorf("reader with a new key: %d %s, want the create refusal", w.Code, w.Body)
 	}
-	if *calls != 0 {
-		t.Errorf("%d API calls for answers from the cache and a refused create, want 0", *calls)
+	if *calls != 1 {
+		t.Errorf("%d API calls for answers from the cache and a refused create, want the one create", *calls)
 	}
 	if w := post(g, "owner", "new-1"); w.Code != http.StatusAccepted {
 		t.Errorf("owner with a new key: %d %s, want 202 (the action was created and has not finished)", w.Code, w.Body)
 	}
-	if *calls != 1 {
-		t.Errorf("%d API calls for the owner's new key, want the one create", *calls)
+	if *calls != 2 {
+		t.Errorf("%d API calls after the owner's new key, want the two creates", *calls)
 	}
 }
 

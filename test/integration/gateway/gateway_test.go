@@ -400,6 +400,37 @@ func TestForbiddenAnswersDoNotTellWhetherAKeyExists(t *testing.T) {
 	}
 }
 
+// Row 10 of issue 23: the gateway creates as its caller (constrained impersonation), so the API server's
+// admission sees the caller: with config/admission/requested_by_policy.yaml installed the requested-by
+// annotation, which the policy sets from request.userInfo, names the caller and not the gateway's
+// ServiceAccount; and the API server's own RBAC decides the create (the gateway's ServiceAccount may not create
+// ExternalActions itself, config/gateway/role.yaml).
+func TestGatewayActsAsItsCaller(t *testing.T) {
+	ns := env.Namespace(t)
+	dest(t, ns, destination.Options{}, nil)
+	env.InstallAdmissionPolicy(t, envtestutil.RequestedByPolicyFile, ns, func(p *actionsv1alpha1.ExternalAction) bool {
+		return p.Annotations[gateway.AnnotationRequestedBy] != ""
+	})
+	tok := caller(t, ns, "checkout", "create", "get")
+	a := do(t, req{path: "/v1/namespaces/" + ns + "/destinations/shop/charges", key: "as-caller-1", body: `{}`, token: tok})
+	if a.status != http.StatusCreated {
+		t.Fatalf("%d %s, want 201", a.status, a.body)
+	}
+	xa := env.Get(t, ns, "as-caller-1")
+	if got, want := xa.Annotations[gateway.AnnotationRequestedBy], "system:serviceaccount:"+ns+":checkout"; got != want {
+		t.Errorf("requested-by %q (set at admission from request.userInfo), want the caller %q", got, want)
+	}
+	var gw rbacv1.ClusterRole
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "gateway-role"}, &gw); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range gw.Rules {
+		if slices.Contains(r.Resources, "externalactions") && slices.Contains(r.Verbs, "create") {
+			t.Errorf("the gateway's ClusterRole lets it create ExternalActions as itself: %v", r)
+		}
+	}
+}
+
 func equalHeaders(a, b http.Header) bool {
 	if len(a) != len(b) {
 		return false
