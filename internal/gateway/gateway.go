@@ -401,7 +401,10 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 	err = g.callers.Create(callerCtx, xa)
 	switch {
 	case apierrors.IsForbidden(err):
-		writeForbidden(w, u, "create", obj.Namespace)
+		// RBAC's refusal, or an admission policy's or webhook's: the API server's message says which. Only a
+		// caller who may get reaches this, so naming the key tells it nothing new.
+		log.V(1).Info("API server refused the create as the caller", "user", u.GetName(), "error", err.Error())
+		writeProblem(w, problem(http.StatusForbidden, "forbidden", "forbidden", apiMessage(err)))
 	case err == nil:
 		log.V(1).Info("Created ExternalAction", "user", u.GetName())
 		g.await(w, r, obj, xa, wait, applied)
