@@ -32,16 +32,20 @@ for f in Chart.yaml values.yaml; do
   if [[ -f "${root}/dist/chart/${f}" ]]; then cp "${root}/dist/chart/${f}" "${tmp}/dist/chart/"; fi
 done
 (cd "${tmp}" && "${KUBEBUILDER}" edit --plugins=helm/v2-alpha --manifests=install.yaml --output-dir=dist)
-# The finalizer admission policy and its binding (config/admission) render only when
-# .Values.finalizerPolicy.enabled and the cluster serves admissionregistration.k8s.io/v1
-# MutatingAdmissionPolicy (Kubernetes 1.36+), so the chart still installs on older clusters, where the
-# manager adds the finalizer itself. The plugin cannot express the condition: it is added here.
-cond='{{- if and .Values.finalizerPolicy.enabled (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") }}'
-for f in externalaction-finalizer.yaml externalaction-finalizer-binding.yaml; do
-  f="${tmp}/dist/chart/templates/extras/${f}"
-  [[ -f "${f}" ]] || { echo "helm-chart.sh: the plugin did not produce ${f#"${tmp}"/} (did config/admission change?)" >&2; exit 1; }
-  { echo "${cond}"; cat "${f}"; echo '{{- end }}'; } >"${f}.tmp"
-  mv "${f}.tmp" "${f}"
+# The admission policies and their bindings (config/admission) render only when their value is enabled
+# (.Values.finalizerPolicy.enabled, .Values.requestedByPolicy.enabled) and the cluster serves
+# admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36+), so the chart still installs on
+# older clusters, where the manager adds the finalizer itself and requested-by is what the creator wrote. The
+# plugin cannot express the condition: it is added here.
+for policy in externalaction-finalizer:finalizerPolicy externalaction-requested-by:requestedByPolicy; do
+  name=${policy%%:*}
+  cond="{{- if and .Values.${policy#*:}.enabled (.Capabilities.APIVersions.Has \"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy\") }}"
+  for f in "${name}.yaml" "${name}-binding.yaml"; do
+    f="${tmp}/dist/chart/templates/extras/${f}"
+    [[ -f "${f}" ]] || { echo "helm-chart.sh: the plugin did not produce ${f#"${tmp}"/} (did config/admission change?)" >&2; exit 1; }
+    { echo "${cond}"; cat "${f}"; echo '{{- end }}'; } >"${f}.tmp"
+    mv "${f}.tmp" "${f}"
+  done
 done
 # The gateway (config/gateway) is the manager's binary ('/manager gateway'): its image follows
 # .Values.manager.image like the manager's, which the plugin does only for the manager's Deployment.

@@ -285,10 +285,10 @@ wait_until "namespace default" "${pids[1]}" "${kubectl}" get namespace default
 log "installing the CRDs (config/crd/bases)"
 "${kubectl}" apply -f config/crd/bases >/dev/null
 "${kubectl}" wait --for=condition=Established --timeout="${timeout}s" -f config/crd/bases >/dev/null
-# The finalizer at admission, as config/default ships it (the local 1.37 API server serves
-# MutatingAdmissionPolicy; docs/retention.md#deletion).
-log "installing the finalizer admission policy (config/admission)"
-"${kubectl}" apply -f config/admission/finalizer_policy.yaml >/dev/null
+# The finalizer and the requested-by annotation at admission, as config/default ships them (the local 1.37
+# API server serves MutatingAdmissionPolicy; docs/retention.md#deletion, docs/gateway.md).
+log "installing the admission policies (config/admission)"
+"${kubectl}" apply -f config/admission/finalizer_policy.yaml -f config/admission/requested_by_policy.yaml >/dev/null
 
 start demo-destination "${bindir}/demo-destination" --listen "${dest_addr}" --dedup
 start actionledger "${bindir}/actionledger" \
@@ -299,8 +299,9 @@ start actionledger "${bindir}/actionledger" \
   --health-probe-bind-address="${probe_addr}" \
   --controller-namespace=default \
   --destination-allow-cidrs="${allow_cidrs}"
-# The gateway uses the admin kubeconfig here; in a cluster it runs as its own ServiceAccount with
-# config/gateway/role.yaml. It listens once its informer cache has synced.
+# The gateway uses the admin kubeconfig here (which may impersonate anyone); in a cluster it runs as its own
+# ServiceAccount with config/gateway/role.yaml (constrained impersonation). It listens once its informer
+# cache has synced.
 start gateway "${bindir}/actionledger" gateway \
   --kubeconfig="${kubeconfig}" \
   --bind-address="${gateway_addr}" \

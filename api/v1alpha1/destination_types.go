@@ -251,7 +251,7 @@ type IdempotencyConfig struct {
 	// +optional
 	Supported bool `json:"supported,omitempty"`
 
-	// keyFormat is the key sent downstream. {namespace} and {name} are replaced by the ExternalAction's namespace and name. Defaults to "{namespace}/{name}". It never contains the object's UID, so a re-created object presents the same key. On a ClusterDestination it must contain {namespace}.
+	// keyFormat is the key sent downstream. {namespace} and {name} are replaced by the ExternalAction's namespace and name. Defaults to "{namespace}/{name}". It never contains the object's UID, so a re-created object presents the same key. On a ClusterDestination it must contain both {namespace} and {name}, the text before the first of the two may not contain '{', and that first placeholder must be followed by a character that cannot occur in it: after {namespace} anything but a-z, 0-9, '-' and '{' (such as '/', '.' or ':'), after {name} anything but a-z, 0-9, '-', '.' and '{' (such as '/' or ':'). Then no two actions of different namespaces send the same key.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	KeyFormat string `json:"keyFormat,omitempty"`
@@ -516,6 +516,8 @@ type DestinationList struct {
 }
 
 // ClusterDestinationSpec is a DestinationSpec plus the namespaces allowed to use it.
+// The keyFormat rule is a transition rule (optionalOldSelf): a stored ClusterDestination whose keyFormat was accepted by an earlier, looser rule keeps working, and may be edited, as long as the keyFormat itself is left unchanged; a new or changed keyFormat must satisfy the rule.
+// +kubebuilder:validation:XValidation:rule=`(has(self.idempotency) && has(self.idempotency.keyFormat) && self.idempotency.keyFormat.size() > 0 ? (self.idempotency.keyFormat.matches('^[^{]*[{]namespace[}][^-a-z0-9{]') && self.idempotency.keyFormat.contains('{name}')) || (self.idempotency.keyFormat.matches('^[^{]*[{]name[}][^-a-z0-9.{]') && self.idempotency.keyFormat.contains('{namespace}')) : true) || (oldSelf.hasValue() && has(oldSelf.value().idempotency) && has(oldSelf.value().idempotency.keyFormat) && has(self.idempotency) && has(self.idempotency.keyFormat) && oldSelf.value().idempotency.keyFormat == self.idempotency.keyFormat)`,optionalOldSelf=true,fieldPath=".idempotency.keyFormat",message="keyFormat of a ClusterDestination must contain {namespace} and {name}, the first of the two preceded by text without '{' and followed by a character that cannot occur in it (after {namespace} not a-z, 0-9, '-' or '{', such as '/', '.' or ':'; after {name} not a-z, 0-9, '-', '.' or '{', such as '/' or ':'), for example {namespace}/{name}: every namespace may use it, and otherwise two tenants' actions can send the same key ({namespace}-{name} gives team-a-pay-1 for both team/a-pay-1 and team-a/pay-1)"
 type ClusterDestinationSpec struct {
 	DestinationSpec `json:",inline"`
 
@@ -532,8 +534,7 @@ type ClusterDestinationSpec struct {
 // +kubebuilder:printcolumn:name="DEDUP",type=boolean,JSONPath=`.spec.idempotency.supported`
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 
-// ClusterDestination is a cluster-scoped, admin-owned endpoint catalog entry with the same spec as Destination plus namespaceSelector. Its Secrets are read only from the controller's namespace. Every namespace may send to it, so its idempotency.keyFormat must contain {namespace}: otherwise two tenants' actions of the same name would send the same key to a deduplicating destination, and the second would get the first one's outcome.
-// +kubebuilder:validation:XValidation:rule="!has(self.spec.idempotency) || !has(self.spec.idempotency.keyFormat) || self.spec.idempotency.keyFormat.size() == 0 || self.spec.idempotency.keyFormat.contains('{namespace}')",message="spec.idempotency.keyFormat of a ClusterDestination must contain {namespace} (for example {namespace}/{name}): every namespace may use it, and without the namespace two tenants' actions of the same name send the same key"
+// ClusterDestination is a cluster-scoped, admin-owned endpoint catalog entry with the same spec as Destination plus namespaceSelector. Its Secrets are read only from the controller's namespace. Every namespace may send to it, so its idempotency.keyFormat must name both the namespace and the action, separated so that the key can be read back: otherwise two tenants' actions would send the same key to a deduplicating destination (team/a-pay-1 and team-a/pay-1 under {namespace}-{name}), and the second would get the first one's outcome.
 type ClusterDestination struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional

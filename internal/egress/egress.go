@@ -8,8 +8,10 @@
 //
 // A Policy has four sources of prefixes:
 //
-//   - the built-in default deny set (DefaultDeny): loopback, link-local (where cloud metadata services
-//     live), unspecified, multicast and the AWS IPv6 metadata address;
+//   - the built-in default deny set (DefaultDeny): loopback, link-local (where most cloud metadata
+//     services live), unspecified, multicast and the metadata addresses of clouds that serve them
+//     outside link-local (AWS and EKS Pod Identity over IPv6, GCP over IPv6, Alibaba Cloud, Oracle
+//     Cloud, Scaleway over IPv6);
 //   - the API server's own addresses (SetAPIServer), also denied by default;
 //   - Config.Allow (the manager flag --destination-allow-cidrs), which lifts default denials;
 //   - Config.Deny (--destination-deny-cidrs), which adds denials.
@@ -63,7 +65,12 @@ type DefaultRule struct {
 
 // DefaultDeny is the built-in deny set: addresses that reach the manager's own pod or node, or cloud
 // metadata services, rather than a destination. RFC 6890 (special-purpose registries), RFC 4291
-// (IPv6), RFC 5771 (IPv4 multicast).
+// (IPv6), RFC 5771 (IPv4 multicast). Most clouds serve instance metadata at 169.254.169.254 (AWS,
+// Azure, GCP, Oracle, DigitalOcean, OpenStack) or elsewhere in 169.254.0.0/16 (EKS Pod Identity at
+// 169.254.170.23, Scaleway at 169.254.42.42), all inside the link-local entry; the single-address
+// entries after it are the metadata addresses outside link-local, each named by its provider's
+// documentation. Each is one /32 or /128 so that its neighbours (fd00:ec2::253, the AWS DNS resolver,
+// or the rest of 100.64.0.0/10) stay reachable.
 var DefaultDeny = []DefaultRule{
 	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
 	{netip.MustParsePrefix("::1/128"), "loopback"},
@@ -74,6 +81,11 @@ var DefaultDeny = []DefaultRule{
 	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
 	{netip.MustParsePrefix("ff00::/8"), "multicast"},
 	{netip.MustParsePrefix("fd00:ec2::254/128"), "AWS IPv6 instance metadata"},
+	{netip.MustParsePrefix("fd00:ec2::23/128"), "EKS Pod Identity agent, IPv6"},
+	{netip.MustParsePrefix("fd20:ce::254/128"), "GCP IPv6 instance metadata"},
+	{netip.MustParsePrefix("100.100.100.200/32"), "Alibaba Cloud instance metadata"},
+	{netip.MustParsePrefix("192.0.0.192/32"), "Oracle Cloud instance metadata"},
+	{netip.MustParsePrefix("fd00:42::42/128"), "Scaleway IPv6 instance metadata"},
 }
 
 // Config is the admin's part of a policy.

@@ -3,6 +3,7 @@ package egress
 import (
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -38,6 +39,18 @@ func TestCheck(t *testing.T) {
 		"metadata":                  {addr: "169.254.169.254", denied: true, source: SourceDefault, prefix: "169.254.0.0/16"},
 		"aws v6 metadata":           {addr: "fd00:ec2::254", denied: true, source: SourceDefault, prefix: "fd00:ec2::254/128"},
 		"aws v6 neighbour":          {addr: "fd00:ec2::253"},
+		"eks pod identity v4":       {addr: "169.254.170.23", denied: true, source: SourceDefault, prefix: "169.254.0.0/16"},
+		"eks pod identity v6":       {addr: "fd00:ec2::23", denied: true, source: SourceDefault, prefix: "fd00:ec2::23/128"},
+		"gcp v6 metadata":           {addr: "fd20:ce::254", denied: true, source: SourceDefault, prefix: "fd20:ce::254/128"},
+		"gcp v6 neighbour":          {addr: "fd20:ce::253"},
+		"alibaba metadata":          {addr: "100.100.100.200", denied: true, source: SourceDefault, prefix: "100.100.100.200/32"},
+		"mapped alibaba metadata":   {addr: "::ffff:100.100.100.200", denied: true, source: SourceDefault, prefix: "100.100.100.200/32"},
+		"alibaba neighbour":         {addr: "100.100.100.201"},
+		"oracle metadata":           {addr: "192.0.0.192", denied: true, source: SourceDefault, prefix: "192.0.0.192/32"},
+		"oracle neighbour":          {addr: "192.0.0.193"},
+		"scaleway v4 metadata":      {addr: "169.254.42.42", denied: true, source: SourceDefault, prefix: "169.254.0.0/16"},
+		"scaleway v6 metadata":      {addr: "fd00:42::42", denied: true, source: SourceDefault, prefix: "fd00:42::42/128"},
+		"allow lifts alibaba":       {allow: "100.100.100.200/32", addr: "100.100.100.200"},
 		"link-local v6 zoned":       {addr: "fe80::1%eth0", denied: true, source: SourceDefault, prefix: "fe80::/10"},
 		"unspecified v4":            {addr: "0.0.0.0", denied: true, source: SourceDefault, prefix: "0.0.0.0/8"},
 		"this network":              {addr: "0.1.2.3", denied: true, source: SourceDefault, prefix: "0.0.0.0/8"},
@@ -210,4 +223,23 @@ func FuzzCheck(f *testing.F) {
 			t.Fatalf("%s denied by default but allowed with allow=deny=%v", a, allow)
 		}
 	})
+}
+
+// TestDefaultDenyDocumented: every entry of DefaultDeny is listed, in backquotes, in the "Denied by
+// default" table of docs/security.md, so the page cannot fall behind the code.
+func TestDefaultDenyDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(doc), "### Denied by default")
+	if !ok {
+		t.Fatal(`docs/security.md has no "### Denied by default" section`)
+	}
+	table, _, _ = strings.Cut(table, "\n### ")
+	for _, d := range DefaultDeny {
+		if !strings.Contains(table, "`"+d.Prefix.String()+"`") {
+			t.Errorf("docs/security.md, Denied by default, does not list `%s` (%s)", d.Prefix, d.Why)
+		}
+	}
 }

@@ -34,7 +34,10 @@ const (
 	// AnnotationKey holds the client's Idempotency-Key on the ExternalAction the gateway creates (the object's
 	// name is the key only when the key is a valid object name; ObjectName).
 	AnnotationKey = "actions.actionledger.dev/idempotency-key"
-	// AnnotationRequestedBy holds the Kubernetes user name of the caller that created the object.
+	// AnnotationRequestedBy holds the Kubernetes user name of the caller that created the object. The gateway
+	// sets it, and the MutatingAdmissionPolicy of config/admission/requested_by_policy.yaml sets it again from
+	// the create's request.userInfo (which, since the gateway impersonates its caller, is the caller), so that
+	// no one can write another name into it.
 	AnnotationRequestedBy = "actions.actionledger.dev/requested-by"
 
 	// MaxBodyBytes bounds a request body (64 KiB, the ExternalAction's request body cap); a larger one gets 413.
@@ -56,7 +59,8 @@ type Options struct {
 	ForwardHeaders []string
 	// Authenticator checks the caller's bearer token (a delegating TokenReview authenticator).
 	Authenticator authenticator.Request
-	// Authorizer checks the caller's access (a delegating SubjectAccessReview authorizer).
+	// Authorizer checks the caller's access (a delegating SubjectAccessReview authorizer): get on the key's
+	// ExternalAction before anything is read from the cache, which holds what the gateway's own identity sees.
 	Authorizer authorizer.Authorizer
 	// Metrics, when set, counts the answers.
 	Metrics *Metrics
@@ -66,19 +70,23 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Gateway is the HTTP handler. Client writes go to the API server; reads come from Cache (an informer cache of
-// ExternalActions and ActionTombstones) except the live read after an AlreadyExists.
+// Gateway is the HTTP handler. It creates ExternalActions, and reads them live, as the caller (callers, a
+// client of ImpersonatingConfig); other reads come from cache (an informer cache of ExternalActions and
+// ActionTombstones, as the gateway itself) and the live tombstone read after an AlreadyExists from client.
 type Gateway struct {
 	client   client.Client
+	callers  client.Client
 	cache    cache.Cache
 	opts     Options
 	notifier *notifier
 	ready    func() bool
 }
 
-// New returns a Gateway over c (writes and live reads) and ca (cached reads and change events). It registers
-// its event handlers on ca's informers; ca must be started by the caller.
-func New(ctx context.Context, c client.Client, ca cache.Cache, o Options) (*Gateway, error) {
+// New returns a Gateway over c (the gateway's own live tombstone reads), callers (ExternalAction creates and
+// live reads as the request's caller: a client of ImpersonatingConfig) and ca (cached reads and change
+// events, as the gateway). It registers its event handlers on ca's informers; ca must be started by the
+// caller.
+func New(ctx context.Context, c, callers client.Client, ca cache.Cache, o Options) (*Gateway, error) {
 	if o.DefaultWait <= 0 {
 		o.DefaultWait = DefaultWait
 	}
@@ -91,7 +99,7 @@ func New(ctx context.Context, c client.Client, ca cache.Cache, o Options) (*Gate
 	if o.Authenticator == nil || o.Authorizer == nil {
 		return nil, errors.New("gateway: an authenticator and an authorizer are required")
 	}
-	g := &Gateway{client: c, cache: ca, opts: o, notifier: newNotifier()}
+	g := &Gateway{client: c, callers: callers, cache: ca, opts: o, notifier: newNotifier()}
 	inf, err := ca.GetInformer(ctx, &actionsv1alpha1.ExternalAction{})
 	if err != nil {
 		return nil, fmt.Errorf("informer for ExternalActions: %w", err)
@@ -261,10 +269,16 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, u user.Info,
 			"the authorization check failed", "the SubjectAccessReview could not be made; try again"))
 		return false
 	}
+	writeForbidden(w, u, verb, namespace)
+	return false
+}
+
+// writeForbidden answers 403 for verb on externalactions in namespace. Its bytes depend on the caller, the verb
+// and the namespace only, never on the key or on whether it exists.
+func writeForbidden(w http.ResponseWriter, u user.Info, verb, namespace string) {
 	writeProblem(w, problem(http.StatusForbidden, "forbidden", "forbidden",
 		fmt.Sprintf("user %q may not %s externalactions.%s in namespace %q", u.GetName(), verb,
 			actionsv1alpha1.GroupVersion.Group, namespace)))
-	return false
 }
 
 // readBody reads the JSON body (at most MaxBodyBytes), or answers 413, 415 or 400.
@@ -348,17 +362,21 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 	obj := types.NamespacedName{Namespace: t.namespace, Name: ObjectName(key)}
 	log := g.opts.Log.WithValues("externalAction", obj.String())
 	ctx := r.Context()
+	callerCtx := asCaller(ctx, u)
 
+	// get before anything is read: every answer below may carry an action's recorded outcome (a repeat, a
+	// tombstone, or the controller's replay of a tombstone the gateway cannot see into the object it creates),
+	// and a caller who may not get gets the same 403 whether the key exists or not.
+	if !g.authorize(w, r, u, "get", obj.Namespace, obj.Name) {
+		return
+	}
 	xa := &actionsv1alpha1.ExternalAction{}
 	if err := g.cache.Get(ctx, obj, xa); err == nil {
-		if !g.authorize(w, r, u, "get", obj.Namespace, obj.Name) {
-			return
-		}
 		if !xa.Status.Phase.Terminal() {
 			// The cache may lag behind the outcome another replica has already seen: read once, live, before
 			// answering 409 (a read per repeat while in progress, never a poll).
 			live := &actionsv1alpha1.ExternalAction{}
-			if err := g.client.Get(ctx, obj, live); err == nil {
+			if err := g.callers.Get(callerCtx, obj, live); err == nil {
 				xa = live
 			}
 		}
@@ -367,32 +385,38 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 	}
 	ts := &actionsv1alpha1.ActionTombstone{}
 	if err := g.cache.Get(ctx, obj, ts); err == nil && g.opts.Now().Before(ts.Spec.ExpiresAt.Time) {
-		if g.authorize(w, r, u, "get", obj.Namespace, obj.Name) {
-			g.tombstone(w, ts, fp)
-		}
+		g.tombstone(w, ts, fp)
 		return
 	}
-	if !g.authorize(w, r, u, "create", obj.Namespace, "") {
-		return
-	}
+	// The create is made as the caller (impersonation): the API server's RBAC decides whether it may create,
+	// its admission sees the caller (and sets the requested-by annotation from it) and its audit log names
+	// the caller. A refusal tells a caller who may get that the key is free, which a GET of the status
+	// resource tells it too.
 	xa = &actionsv1alpha1.ExternalAction{
 		ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: obj.Name,
 			Annotations: map[string]string{AnnotationKey: key, AnnotationRequestedBy: u.GetName()}},
 		Spec: spec,
 	}
 	wait, applied := WaitPreference(r.Header.Values("Prefer"), g.opts.DefaultWait, g.opts.MaxWait)
-	err = g.client.Create(ctx, xa)
+	err = g.callers.Create(callerCtx, xa)
 	switch {
+	case apierrors.IsForbidden(err):
+		// RBAC's refusal, or an admission policy's or webhook's: the API server's message says which. Only a
+		// caller who may get reaches this, so naming the key tells it nothing new.
+		log.V(1).Info("API server refused the create as the caller", "user", u.GetName(), "error", err.Error())
+		writeProblem(w, problem(http.StatusForbidden, "forbidden", "forbidden", apiMessage(err)))
 	case err == nil:
 		log.V(1).Info("Created ExternalAction", "user", u.GetName())
 		g.await(w, r, obj, xa, wait, applied)
 	case apierrors.IsAlreadyExists(err):
-		// Another request holds the key (perhaps on another replica, or the cache lags): a repeat.
-		if !g.authorize(w, r, u, "get", obj.Namespace, obj.Name) {
-			return
-		}
+		// Another request holds the key (perhaps on another replica, or the cache lags): a repeat, which get
+		// (checked above) allows.
 		live := &actionsv1alpha1.ExternalAction{}
-		if err := g.client.Get(ctx, obj, live); err != nil {
+		if err := g.callers.Get(callerCtx, obj, live); err != nil {
+			if apierrors.IsForbidden(err) {
+				writeForbidden(w, u, "get", obj.Namespace)
+				return
+			}
 			if apierrors.IsNotFound(err) {
 				// Collected between the create and the read: its tombstone (written before the object went)
 				// answers, else the client tries again.

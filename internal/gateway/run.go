@@ -119,7 +119,11 @@ func Run(ctx context.Context, cfg *rest.Config, o RunOptions) error {
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
-	g, err := New(ctx, c, ca, o.Options)
+	callers, err := client.New(ImpersonatingConfig(cfg), client.Options{Scheme: app.Scheme, Mapper: c.RESTMapper()})
+	if err != nil {
+		return fmt.Errorf("client acting as callers: %w", err)
+	}
+	g, err := New(ctx, c, callers, ca, o.Options)
 	if err != nil {
 		return err
 	}

@@ -404,15 +404,30 @@ func (e *Env) RequestCount(t testing.TB, resource, verb, subresource string) flo
 // on create.
 const FinalizerPolicyFile = "config/admission/finalizer_policy.yaml"
 
+// RequestedByPolicyFile is the shipped MutatingAdmissionPolicy (and its binding) that sets the requested-by
+// annotation from the requester.
+const RequestedByPolicyFile = "config/admission/requested_by_policy.yaml"
+
 // InstallFinalizerPolicy creates the objects of FinalizerPolicyFile as shipped and waits until the API server
 // applies the policy (a dry-run create of an ExternalAction in ns comes back with the finalizer); the returned
 // remove deletes them again and waits until creates are no longer mutated. Both also run at the test's end.
 func (e *Env) InstallFinalizerPolicy(t testing.TB, ns string) (remove func()) {
 	t.Helper()
+	return e.InstallAdmissionPolicy(t, FinalizerPolicyFile, ns, func(probe *actionsv1alpha1.ExternalAction) bool {
+		return slices.Contains(probe.Finalizers, actionsv1alpha1.Finalizer)
+	})
+}
+
+// InstallAdmissionPolicy creates the objects of file (a path in the repository, such as FinalizerPolicyFile)
+// as shipped and waits until the API server applies the policy: applied reports whether a dry-run create of an
+// ExternalAction in ns came back mutated by it. The returned remove deletes the objects again and waits until
+// creates are no longer mutated. Both also run at the test's end.
+func (e *Env) InstallAdmissionPolicy(t testing.TB, file, ns string, applied func(*actionsv1alpha1.ExternalAction) bool) (remove func()) {
+	t.Helper()
 	ctx := context.Background()
-	f, err := os.Open(filepath.Join(RepoRoot(), FinalizerPolicyFile))
+	f, err := os.Open(filepath.Join(RepoRoot(), file))
 	if err != nil {
-		t.Fatalf("opening %s: %v", FinalizerPolicyFile, err)
+		t.Fatalf("opening %s: %v", file, err)
 	}
 	defer func() { _ = f.Close() }()
 	var objs []*unstructured.Unstructured
@@ -423,7 +438,7 @@ func (e *Env) InstallFinalizerPolicy(t testing.TB, ns string) (remove func()) {
 			if errors.Is(err, io.EOF) {
 				break
 			}
-			t.Fatalf("decoding %s: %v", FinalizerPolicyFile, err)
+			t.Fatalf("decoding %s: %v", file, err)
 		}
 		if len(u.Object) == 0 {
 			continue
@@ -441,10 +456,10 @@ func (e *Env) InstallFinalizerPolicy(t testing.TB, ns string) (remove func()) {
 		if lastErr = e.Client.Create(ctx, probe, client.DryRunAll); lastErr != nil {
 			return false
 		}
-		return slices.Contains(probe.Finalizers, actionsv1alpha1.Finalizer)
+		return applied(probe)
 	}
 	Eventually(t, 30*time.Second, func() string {
-		return fmt.Sprintf("the finalizer policy to apply to creates (last error %v)", lastErr)
+		return fmt.Sprintf("the policy of %s to apply to creates (last error %v)", file, lastErr)
 	}, mutated)
 	var once atomic.Bool
 	remove = func() {
@@ -456,7 +471,7 @@ func (e *Env) InstallFinalizerPolicy(t testing.TB, ns string) (remove func()) {
 				t.Errorf("deleting %s %s: %v", u.GetKind(), u.GetName(), err)
 			}
 		}
-		Eventually(t, 30*time.Second, Say("creates to be no longer mutated by the finalizer policy"),
+		Eventually(t, 30*time.Second, Say("creates to be no longer mutated by the policy of "+file),
 			func() bool { return !mutated() })
 	}
 	t.Cleanup(remove)

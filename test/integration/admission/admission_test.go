@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -61,7 +62,7 @@ const (
 	headerCtl   = "header values may not contain CR, LF, NUL or other control characters"
 	hopName     = "may not be a hop-by-hop or framing header"
 	tokenName   = "should match '^[-0-9A-Za-z!#$%&'*+.^_`|~]+$'"
-	keyNS       = "keyFormat of a ClusterDestination must contain {namespace}"
+	keyNS       = "keyFormat of a ClusterDestination must contain {namespace} and {name}"
 )
 
 func destination(ns string, mutate func(*actionsv1alpha1.DestinationSpec)) *actionsv1alpha1.Destination {
@@ -386,24 +387,99 @@ func TestDestinationHeaderNames(t *testing.T) {
 	run(t, cases)
 }
 
-// A ClusterDestination serves every namespace, so its keyFormat must contain {namespace}; a namespaced
-// Destination may drop it.
+// keyFormat returns a mutation that sets a deduplicating destination's key format.
+func keyFormat(format string) func(*actionsv1alpha1.DestinationSpec) {
+	return func(s *actionsv1alpha1.DestinationSpec) {
+		s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Supported: true, KeyFormat: format}
+	}
+}
+
+// A ClusterDestination serves every namespace, so its keyFormat must contain {namespace} and {name}, the first
+// of the two followed by a character that cannot occur in it; a namespaced Destination may drop {namespace}.
 func TestClusterDestinationKeyFormatHasNamespace(t *testing.T) {
 	ns := env.Namespace(t)
-	key := func(format string) func(*actionsv1alpha1.DestinationSpec) {
-		return func(s *actionsv1alpha1.DestinationSpec) {
-			s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Supported: true, KeyFormat: format}
-		}
-	}
 	cases := []admissionCase{
-		{"cluster {name}", clusterDestination(key("{name}")), keyNS},
-		{"cluster order-{name}", clusterDestination(key("order-{name}")), keyNS},
-		{"cluster {Namespace}/{name}", clusterDestination(key("{Namespace}/{name}")), keyNS},
-		{"cluster {namespace}/{name}", clusterDestination(key("{namespace}/{name}")), ""},
-		{"cluster {name}@{namespace}", clusterDestination(key("{name}@{namespace}")), ""},
-		{"cluster default keyFormat", clusterDestination(key("")), ""},
+		{"cluster {name}", clusterDestination(keyFormat("{name}")), keyNS},
+		{"cluster order-{name}", clusterDestination(keyFormat("order-{name}")), keyNS},
+		{"cluster {Namespace}/{name}", clusterDestination(keyFormat("{Namespace}/{name}")), keyNS},
+		{"cluster {namespace} alone", clusterDestination(keyFormat("{namespace}/")), keyNS},
+		{"cluster {namespace}-{name}", clusterDestination(keyFormat("{namespace}-{name}")), keyNS},
+		{"cluster {namespace}{name}", clusterDestination(keyFormat("{namespace}{name}")), keyNS},
+		{"cluster {namespace}0{name}", clusterDestination(keyFormat("{namespace}0{name}")), keyNS},
+		{"cluster {namespace} last", clusterDestination(keyFormat("{name}-x-{namespace}")), keyNS},
+		{"cluster {name}.{namespace}", clusterDestination(keyFormat("{name}.{namespace}")), keyNS},
+		{"cluster {name}{namespace}/", clusterDestination(keyFormat("{name}{namespace}/")), keyNS},
+		{"cluster brace before {namespace}", clusterDestination(keyFormat("x{y}{namespace}/{name}")), keyNS},
+		{"cluster {namespace}/{name}", clusterDestination(keyFormat("{namespace}/{name}")), ""},
+		{"cluster {namespace}.{name}", clusterDestination(keyFormat("{namespace}.{name}")), ""},
+		{"cluster {namespace}:{name}", clusterDestination(keyFormat("{namespace}:{name}")), ""},
+		{"cluster prefix/{namespace}:{name}", clusterDestination(keyFormat("orders/{namespace}:{name}")), ""},
+		{"cluster {name}@{namespace}", clusterDestination(keyFormat("{name}@{namespace}")), ""},
+		{"cluster {name}/{namespace}", clusterDestination(keyFormat("{name}/{namespace}")), ""},
+		{"cluster default keyFormat", clusterDestination(keyFormat("")), ""},
 		{"cluster no idempotency", clusterDestination(nil), ""},
-		{"namespaced {name}", destination(ns, key("{name}")), ""},
+		{"namespaced {name}", destination(ns, keyFormat("{name}")), ""},
+		{"namespaced {namespace}-{name}", destination(ns, keyFormat("{namespace}-{name}")), ""},
 	}
 	run(t, cases)
+}
+
+// Row 4 of issue 23: under keyFormat "{namespace}-{name}" the actions team/a-pay-1 and team-a/pay-1 send the
+// same key, team-a-pay-1, so a deduplicating ClusterDestination would give one tenant the other's outcome.
+// Admission refuses every format of the table under which two of these actions share a key, and every format
+// it accepts gives them all distinct keys. Keys are rendered as the controller renders them: one pass of
+// strings.Replacer over {namespace} and {name}, so a replaced value is never scanned again.
+func TestClusterDestinationKeysOfTwoTenantsCannotCollide(t *testing.T) {
+	actions := [][2]string{ // namespace, name: valid Kubernetes names that collide under some format
+		{"team", "a-pay-1"}, {"team-a", "pay-1"}, // {namespace}-{name}
+		{"team-b", "pay-1"},        // {name}
+		{"team", "pay-1"},          // {namespace}
+		{"t", "eam"}, {"te", "am"}, // {namespace}{name}
+		{"c", "a-b"}, {"b-c", "a"}, // {name}-{namespace}
+	}
+	formats := []struct {
+		format   string
+		accepted bool
+	}{
+		{"{namespace}-{name}", false},
+		{"{namespace}{name}", false},
+		{"{name}-{namespace}", false},
+		{"{name}", false},
+		{"{namespace}/", false},
+		{"", true}, // unset: the default, {namespace}/{name}
+		{"{namespace}/{name}", true},
+		{"{namespace}.{name}", true},
+		{"{namespace}:{name}", true},
+		{"{namespace}_{name}", true},
+		{"pay:{namespace}:{name}:v1", true},
+		{"{name}@{namespace}", true},
+		{"{name}/{namespace}-{name}", true},
+	}
+	for _, f := range formats {
+		t.Run(cmp.Or(f.format, "unset"), func(t *testing.T) {
+			err := env.Client.Create(context.Background(), clusterDestination(keyFormat(f.format)), client.DryRunAll)
+			if accepted := err == nil; accepted != f.accepted {
+				t.Fatalf("admission accepted = %v (%v), want %v", accepted, err, f.accepted)
+			}
+			if err != nil && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), keyNS)) {
+				t.Fatalf("err = %v, want Invalid with %q", err, keyNS)
+			}
+			format := cmp.Or(f.format, "{namespace}/{name}")
+			seen := map[string]string{}
+			var collided []string
+			for _, a := range actions {
+				key := strings.NewReplacer("{namespace}", a[0], "{name}", a[1]).Replace(format)
+				if other, ok := seen[key]; ok {
+					collided = append(collided, other+" and "+a[0]+"/"+a[1]+" both send "+key)
+				}
+				seen[key] = a[0] + "/" + a[1]
+			}
+			switch {
+			case f.accepted && len(collided) > 0:
+				t.Errorf("accepted, but %s", strings.Join(collided, "; "))
+			case !f.accepted && len(collided) == 0:
+				t.Errorf("refused, but none of the table's actions collide under it: add the pair that does")
+			}
+		})
+	}
 }

@@ -96,3 +96,112 @@ func TestStoredObjectsKeepWorkingAfterBoundsArrive(t *testing.T) {
 		t.Fatalf("changing the stored timeout to 2h: err = %v, want the timeout refusal", err)
 	}
 }
+
+// A ClusterDestination stored while admission only asked its keyFormat to contain {namespace} (here
+// "{namespace}-{name}", which row 4 of issue 23 shows to be ambiguous) keeps working after the stricter rule
+// arrives: the rule is a transition rule that passes while the keyFormat is unchanged, so status writes,
+// metadata edits and edits of other spec fields succeed. A new or changed keyFormat must satisfy the rule.
+func TestStoredClusterDestinationKeepsItsKeyFormat(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	crds, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crdKey := client.ObjectKey{Name: "clusterdestinations.actions.actionledger.dev"}
+	installed := &apiextensionsv1.CustomResourceDefinition{}
+	if err := crds.Get(ctx, crdKey, installed); err != nil {
+		t.Fatal(err)
+	}
+	// The rule is found by its fieldPath, so that the test follows the CRD rather than an index.
+	var keyRule apiextensionsv1.ValidationRules
+	for _, r := range installed.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].XValidations {
+		if r.FieldPath == ".idempotency.keyFormat" {
+			keyRule = append(keyRule, r)
+		}
+	}
+	if len(keyRule) != 1 || keyRule[0].OptionalOldSelf == nil || !*keyRule[0].OptionalOldSelf {
+		t.Fatalf("the installed ClusterDestination CRD has %d keyFormat rules on spec, want one with optionalOldSelf", len(keyRule))
+	}
+	// setKeyRule installs the CRD's spec rules without (on=false) or with the keyFormat rule.
+	setKeyRule := func(on bool) {
+		t.Helper()
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := crds.Get(ctx, crdKey, crd); err != nil {
+			t.Fatal(err)
+		}
+		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+		rules := apiextensionsv1.ValidationRules{}
+		for _, r := range spec.XValidations {
+			if r.FieldPath != ".idempotency.keyFormat" {
+				rules = append(rules, r)
+			}
+		}
+		if on {
+			rules = append(rules, keyRule...)
+		}
+		spec.XValidations = rules
+		crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+		if err := crds.Update(ctx, crd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ambiguous := "{namespace}-{name}"
+	accepted := func(format string) bool {
+		return env.Client.Create(ctx, clusterDestination(keyFormat(format)), client.DryRunAll) == nil
+	}
+
+	// The "old" CRD: no keyFormat rule beyond what the schema says. Store the ambiguous format.
+	setKeyRule(false)
+	t.Cleanup(func() { setKeyRule(true) })
+	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the CRD without the keyFormat rule to be served"),
+		func() bool { return accepted(ambiguous) })
+	old := clusterDestination(keyFormat(ambiguous))
+	old.Name = "stored-before-key-rule"
+	env.Create(t, old)
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, old) })
+
+	// The upgrade brings the rule.
+	setKeyRule(true)
+	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the CRD with the keyFormat rule to be served"),
+		func() bool { return !accepted(ambiguous) })
+
+	cur := &actionsv1alpha1.ClusterDestination{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(old), cur); err != nil {
+		t.Fatal(err)
+	}
+	meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{
+		Type: actionsv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Valid", Message: "ratcheted",
+	})
+	if err := env.Client.Status().Update(ctx, cur); err != nil {
+		t.Fatalf("status write on a ClusterDestination stored before the keyFormat rule: %v", err)
+	}
+	cur.Labels = map[string]string{"touched": "yes"}
+	if err := env.Client.Update(ctx, cur); err != nil {
+		t.Fatalf("metadata edit on a ClusterDestination stored before the keyFormat rule: %v", err)
+	}
+	cur.Spec.Timeout = &metav1.Duration{Duration: 5 * time.Second}
+	if err := env.Client.Update(ctx, cur); err != nil {
+		t.Fatalf("timeout edit on a ClusterDestination stored before the keyFormat rule: %v", err)
+	}
+	cur.Spec.Idempotency.KeyFormat = "{namespace}{name}"
+	err = env.Client.Update(ctx, cur)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), keyNS) {
+		t.Fatalf("changing the stored keyFormat to another ambiguous one: err = %v, want the keyFormat refusal", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(old), cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Idempotency.KeyFormat = "{namespace}/{name}"
+	if err := env.Client.Update(ctx, cur); err != nil {
+		t.Fatalf("changing the stored keyFormat to {namespace}/{name}: %v", err)
+	}
+	cur.Spec.Idempotency.KeyFormat = ambiguous
+	err = env.Client.Update(ctx, cur)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), keyNS) {
+		t.Fatalf("changing the keyFormat back to %s: err = %v, want the keyFormat refusal", ambiguous, err)
+	}
+}

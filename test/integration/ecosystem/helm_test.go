@@ -301,27 +301,32 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 	}
 }
 
-// The chart leaves the finalizer admission policy out on a cluster that does not serve it (before Kubernetes
-// 1.36: the install would fail on the unknown kind) and when finalizerPolicy.enabled is false; the manager then
-// adds the finalizer itself.
+// The chart leaves the admission policies out on a cluster that does not serve them (before Kubernetes 1.36:
+// the install would fail on the unknown kind), and each one when its value is false: finalizerPolicy.enabled
+// (the manager then adds the finalizer itself) and requestedByPolicy.enabled (requested-by is then what the
+// creator wrote).
 func TestHelmChartFinalizerPolicyIsOptional(t *testing.T) {
-	count := func(objs []*unstructured.Unstructured) int {
+	count := func(objs []*unstructured.Unstructured, policy string) int {
 		n := 0
 		for _, o := range objs {
-			if strings.HasPrefix(o.GetKind(), "MutatingAdmissionPolicy") {
+			if strings.HasPrefix(o.GetKind(), "MutatingAdmissionPolicy") && strings.Contains(o.GetName(), policy) {
 				n++
 			}
 		}
 		return n
 	}
-	if n := count(helmTemplate(t, servesMAP)); n != 2 {
-		t.Errorf("a cluster serving MutatingAdmissionPolicy gets %d policy objects, want the policy and its binding", n)
-	}
-	if n := count(helmTemplate(t)); n != 0 {
-		t.Errorf("a cluster without MutatingAdmissionPolicy gets %d policy objects, want 0", n)
-	}
-	if n := count(helmTemplate(t, servesMAP, "--set", "finalizerPolicy.enabled=false")); n != 0 {
-		t.Errorf("finalizerPolicy.enabled=false renders %d policy objects, want 0", n)
+	for _, c := range []struct {
+		policy, value string
+	}{{"externalaction-finalizer", "finalizerPolicy.enabled"}, {"externalaction-requested-by", "requestedByPolicy.enabled"}} {
+		if n := count(helmTemplate(t, servesMAP), c.policy); n != 2 {
+			t.Errorf("a cluster serving MutatingAdmissionPolicy gets %d %s objects, want the policy and its binding", n, c.policy)
+		}
+		if n := count(helmTemplate(t), c.policy); n != 0 {
+			t.Errorf("a cluster without MutatingAdmissionPolicy gets %d %s objects, want 0", n, c.policy)
+		}
+		if n := count(helmTemplate(t, servesMAP, "--set", c.value+"=false"), c.policy); n != 0 {
+			t.Errorf("%s=false renders %d %s objects, want 0", c.value, n, c.policy)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -317,8 +318,10 @@ func TestAuthorization(t *testing.T) {
 	if p := a.problem(t); p.Type != gateway.ProblemTypePrefix+"forbidden" {
 		t.Errorf("problem %+v", p)
 	}
-	if a := do(t, req{path: "/v1/namespaces/" + ns + "/destinations/shop/charges", key: "new-1", body: `{}`, token: reader}); a.status != http.StatusForbidden {
-		t.Errorf("get-only caller with a new key: %d, want 403", a.status)
+	// The create is the caller's own (impersonation): the API server's RBAC refuses it, and says so.
+	if a := do(t, req{path: "/v1/namespaces/" + ns + "/destinations/shop/charges", key: "new-1", body: `{}`, token: reader}); a.status != http.StatusForbidden ||
+		!strings.Contains(a.body, `cannot create resource \"externalactions\"`) {
+		t.Errorf("get-only caller with a new key: %d %s, want 403 with the API server's refusal", a.status, a.body)
 	}
 	envtestutil.Consistently(t, 2*time.Second, envtestutil.Say("no ExternalAction to be created by a forbidden request"), func() bool {
 		return count(t, other) == 0 && count(t, ns) == 0
@@ -355,6 +358,91 @@ func TestAuthorization(t *testing.T) {
 	if e := srv.Effects(ns + "/mine-1"); e != 1 {
 		t.Errorf("effects %d, want 1", e)
 	}
+}
+
+// Rows 5 and 6 of issue 23, through the real gateway and RBAC. A caller who may not get externalactions in
+// the namespace receives the same bytes for a key an action holds and for a free key (before, the first said
+// "may not get" and the second "may not create": an existence oracle), and a caller with create but not get
+// cannot create (before, it got the new action's outcome, which may be the controller's replay of a tombstone
+// the gateway does not see).
+func TestForbiddenAnswersDoNotTellWhetherAKeyExists(t *testing.T) {
+	ns := env.Namespace(t)
+	dest(t, ns, destination.Options{}, nil)
+	path := "/v1/namespaces/" + ns + "/destinations/shop/charges"
+	owner := caller(t, ns, "checkout", "create", "get")
+	if a := do(t, req{path: path, key: "held-1", body: `{"amount":1}`, token: owner}); a.status != http.StatusCreated {
+		t.Fatalf("owner: %d %s", a.status, a.body)
+	}
+	for _, who := range []struct {
+		name  string
+		verbs []string
+	}{{"nobody", nil}, {"creator", []string{"create"}}} {
+		t.Run(who.name, func(t *testing.T) {
+			tok := caller(t, ns, who.name, who.verbs...)
+			held := do(t, req{path: path, key: "held-1", body: `{"amount":1}`, token: tok})
+			free := do(t, req{gw: 1, path: path, key: "free-" + who.name, body: `{"amount":1}`, token: tok})
+			for _, a := range []answer{held, free} {
+				if a.status != http.StatusForbidden {
+					t.Fatalf("%d %s, want 403", a.status, a.body)
+				}
+			}
+			held.header.Del("Date")
+			free.header.Del("Date")
+			if held.body != free.body || !equalHeaders(held.header, free.header) {
+				t.Errorf("held key: %v %s\nfree key: %v %s\nthe answers differ, so they tell whether a key exists",
+					held.header, held.body, free.header, free.body)
+			}
+			if !strings.Contains(free.body, "may not get externalactions") {
+				t.Errorf("free key: %s, want the get refusal", free.body)
+			}
+			if n := count(t, ns); n != 1 {
+				t.Errorf("%d ExternalActions in the namespace, want only the owner's", n)
+			}
+		})
+	}
+}
+
+// Row 10 of issue 23: the gateway creates as its caller (constrained impersonation), so the API server's
+// admission sees the caller: with config/admission/requested_by_policy.yaml installed the requested-by
+// annotation, which the policy sets from request.userInfo, names the caller and not the gateway's
+// ServiceAccount; and the API server's own RBAC decides the create (the gateway's ServiceAccount may not create
+// ExternalActions itself, config/gateway/role.yaml).
+func TestGatewayActsAsItsCaller(t *testing.T) {
+	ns := env.Namespace(t)
+	dest(t, ns, destination.Options{}, nil)
+	env.InstallAdmissionPolicy(t, envtestutil.RequestedByPolicyFile, ns, func(p *actionsv1alpha1.ExternalAction) bool {
+		return p.Annotations[gateway.AnnotationRequestedBy] != ""
+	})
+	tok := caller(t, ns, "checkout", "create", "get")
+	a := do(t, req{path: "/v1/namespaces/" + ns + "/destinations/shop/charges", key: "as-caller-1", body: `{}`, token: tok})
+	if a.status != http.StatusCreated {
+		t.Fatalf("%d %s, want 201", a.status, a.body)
+	}
+	xa := env.Get(t, ns, "as-caller-1")
+	if got, want := xa.Annotations[gateway.AnnotationRequestedBy], "system:serviceaccount:"+ns+":checkout"; got != want {
+		t.Errorf("requested-by %q (set at admission from request.userInfo), want the caller %q", got, want)
+	}
+	var gw rbacv1.ClusterRole
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "gateway-role"}, &gw); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range gw.Rules {
+		if slices.Contains(r.Resources, "externalactions") && slices.Contains(r.Verbs, "create") {
+			t.Errorf("the gateway's ClusterRole lets it create ExternalActions as itself: %v", r)
+		}
+	}
+}
+
+func equalHeaders(a, b http.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
 }
 
 // After the object is collected its tombstone answers: the recorded response (status code, kept headers and
