@@ -68,7 +68,7 @@ ASSETS_DIR ?= $(LOCALBIN)/k8s/$(patsubst v%,%,$(KUBE_VERSION))-$(shell go env GO
 GO_TEST_FLAGS ?=
 
 .PHONY: test
-test: manifests generate fmt vet controlplane kustomize helm kubebuilder ## Run unit, envtest integration and e2e tests (real kube-apiserver + etcd, real manager process).
+test: manifests generate fmt vet lint controlplane kustomize helm kubebuilder ## Run golangci-lint (shape rules: funlen, gocognit), then unit, envtest integration and e2e tests (real kube-apiserver + etcd, real manager process).
 	KUBEBUILDER_ASSETS="$(ASSETS_DIR)" go test ./... -count=1 -timeout 20m $(GO_TEST_FLAGS)
 
 .PHONY: test-unit

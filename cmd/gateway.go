@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -38,10 +37,11 @@ func gatewayCmd(args []string, stderr io.Writer) int {
 	fs.DurationVar(&o.MaxWait, "max-wait", gateway.DefaultMaxWait, "The largest Prefer: wait honoured.")
 	fs.StringVar(&forward, "forward-headers", "", "Comma-separated request headers copied into the "+
 		"ExternalAction's spec.request.headers (and so its fingerprint). Default none.")
-	fs.DurationVar(&o.AuthCacheTTL, "auth-cache-ttl", 10*time.Second,
+	fs.DurationVar(&o.AuthCacheTTL, "auth-cache-ttl", gateway.DefaultAuthCacheTTL,
 		"How long TokenReview and allowed SubjectAccessReview decisions are cached; denials a fifth of it.")
 	fs.BoolVar(&o.EnableHTTP2, "enable-http2", false, "Offer HTTP/2 over TLS (off by default, as for the manager).")
-	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", 15*time.Second, "How long open requests may finish on SIGTERM.")
+	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", gateway.DefaultShutdownGrace,
+		"How long open requests may finish on SIGTERM.")
 	fs.Float64Var(&qps, "kube-api-qps", 100, "Queries per second to the Kubernetes API server.")
 	fs.IntVar(&burst, "kube-api-burst", 200, "Burst of queries to the Kubernetes API server.")
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig (default: in-cluster, or $KUBECONFIG).")
@@ -57,21 +57,31 @@ func gatewayCmd(args []string, stderr io.Writer) int {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
 	o.Log = ctrl.Log.WithName("gateway")
-	var cfg *rest.Config
-	var err error
-	if *kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	} else {
-		cfg, err = config.GetConfig()
-	}
+	cfg, err := restConfig(*kubeconfig, qps, burst)
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "actionledger gateway: %v\n", err)
 		return 1
 	}
-	cfg.QPS, cfg.Burst = float32(qps), burst
 	if err := gateway.Run(ctrl.SetupSignalHandler(), cfg, o); err != nil {
 		o.Log.Error(err, "Gateway stopped")
 		return 1
 	}
 	return 0
+}
+
+// restConfig is the API server configuration of kubeconfig (empty: in-cluster, or $KUBECONFIG) with the client's
+// qps and burst.
+func restConfig(kubeconfig string, qps float64, burst int) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = config.GetConfig()
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	return cfg, nil
 }

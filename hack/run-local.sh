@@ -285,6 +285,10 @@ wait_until "namespace default" "${pids[1]}" "${kubectl}" get namespace default
 log "installing the CRDs (config/crd/bases)"
 "${kubectl}" apply -f config/crd/bases >/dev/null
 "${kubectl}" wait --for=condition=Established --timeout="${timeout}s" -f config/crd/bases >/dev/null
+# Established is not yet served on a loaded machine: wait until each kind answers a list.
+for kind in externalactions destinations clusterdestinations actiontombstones; do
+  wait_until "the ${kind} API" "${pids[1]}" "${kubectl}" get "${kind}.actions.actionledger.dev" -A
+done
 # The finalizer and the requested-by annotation at admission, as config/default ships them (the local 1.37
 # API server serves MutatingAdmissionPolicy; docs/retention.md#deletion, docs/gateway.md).
 log "installing the admission policies (config/admission)"

@@ -360,23 +360,20 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 		return
 	}
 	obj := types.NamespacedName{Namespace: t.namespace, Name: ObjectName(key)}
-	log := g.opts.Log.WithValues("externalAction", obj.String())
-	ctx := r.Context()
-	callerCtx := asCaller(ctx, u)
-
 	// get before anything is read: every answer below may carry an action's recorded outcome (a repeat, a
 	// tombstone, or the controller's replay of a tombstone the gateway cannot see into the object it creates),
 	// and a caller who may not get gets the same 403 whether the key exists or not.
 	if !g.authorize(w, r, u, "get", obj.Namespace, obj.Name) {
 		return
 	}
+	ctx := r.Context()
 	xa := &actionsv1alpha1.ExternalAction{}
 	if err := g.cache.Get(ctx, obj, xa); err == nil {
 		if !xa.Status.Phase.Terminal() {
 			// The cache may lag behind the outcome another replica has already seen: read once, live, before
 			// answering 409 (a read per repeat while in progress, never a poll).
 			live := &actionsv1alpha1.ExternalAction{}
-			if err := g.callers.Get(callerCtx, obj, live); err == nil {
+			if err := g.callers.Get(asCaller(ctx, u), obj, live); err == nil {
 				xa = live
 			}
 		}
@@ -388,17 +385,22 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 		g.tombstone(w, ts, fp)
 		return
 	}
-	// The create is made as the caller (impersonation): the API server's RBAC decides whether it may create,
-	// its admission sees the caller (and sets the requested-by annotation from it) and its audit log names
-	// the caller. A refusal tells a caller who may get that the key is free, which a GET of the status
-	// resource tells it too.
-	xa = &actionsv1alpha1.ExternalAction{
+	g.create(w, r, u, &actionsv1alpha1.ExternalAction{
 		ObjectMeta: metav1.ObjectMeta{Namespace: obj.Namespace, Name: obj.Name,
 			Annotations: map[string]string{AnnotationKey: key, AnnotationRequestedBy: u.GetName()}},
 		Spec: spec,
-	}
+	}, fp)
+}
+
+// create creates xa as the caller u (impersonation): the API server's RBAC decides whether it may create, its
+// admission sees the caller (and sets the requested-by annotation from it) and its audit log names the caller.
+// A refusal tells a caller who may get that the key is free, which a GET of the status resource tells it too.
+// fp is the request's fingerprint, for a repeat that won the race for the key.
+func (g *Gateway) create(w http.ResponseWriter, r *http.Request, u user.Info, xa *actionsv1alpha1.ExternalAction, fp string) {
+	obj := client.ObjectKeyFromObject(xa)
+	log := g.opts.Log.WithValues("externalAction", obj.String())
 	wait, applied := WaitPreference(r.Header.Values("Prefer"), g.opts.DefaultWait, g.opts.MaxWait)
-	err = g.callers.Create(callerCtx, xa)
+	err := g.callers.Create(asCaller(r.Context(), u), xa)
 	switch {
 	case apierrors.IsForbidden(err):
 		// RBAC's refusal, or an admission policy's or webhook's: the API server's message says which. Only a
@@ -410,29 +412,8 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 		g.await(w, r, obj, xa, wait, applied)
 	case apierrors.IsAlreadyExists(err):
 		// Another request holds the key (perhaps on another replica, or the cache lags): a repeat, which get
-		// (checked above) allows.
-		live := &actionsv1alpha1.ExternalAction{}
-		if err := g.callers.Get(callerCtx, obj, live); err != nil {
-			if apierrors.IsForbidden(err) {
-				writeForbidden(w, u, "get", obj.Namespace)
-				return
-			}
-			if apierrors.IsNotFound(err) {
-				// Collected between the create and the read: its tombstone (written before the object went)
-				// answers, else the client tries again.
-				ts := &actionsv1alpha1.ActionTombstone{}
-				if err := g.client.Get(ctx, obj, ts); err == nil && g.opts.Now().Before(ts.Spec.ExpiresAt.Time) {
-					g.tombstone(w, ts, fp)
-					return
-				}
-			}
-			log.Error(err, "Reading the ExternalAction that holds the key")
-			w.Header().Set("Retry-After", "1")
-			writeProblem(w, problem(http.StatusServiceUnavailable, "api-unavailable",
-				"the key's action could not be read", "try again"))
-			return
-		}
-		g.repeat(w, live, fp)
+		// (checked before) allows.
+		g.repeatLive(w, r, u, obj, fp)
 	case apierrors.IsInvalid(err):
 		writeProblem(w, problem(http.StatusBadRequest, "invalid-request",
 			"the API server refused the action", apiMessage(err)))
@@ -441,6 +422,35 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 		writeProblem(w, problem(http.StatusServiceUnavailable, "api-unavailable",
 			"the action could not be created", "try again with the same Idempotency-Key"))
 	}
+}
+
+// repeatLive answers a repeat of the key obj whose object the cache does not show yet, from a live read as the
+// caller; an object collected between the create and the read is answered by its tombstone.
+func (g *Gateway) repeatLive(w http.ResponseWriter, r *http.Request, u user.Info, obj types.NamespacedName, fp string) {
+	ctx := r.Context()
+	live := &actionsv1alpha1.ExternalAction{}
+	err := g.callers.Get(asCaller(ctx, u), obj, live)
+	if err == nil {
+		g.repeat(w, live, fp)
+		return
+	}
+	if apierrors.IsForbidden(err) {
+		writeForbidden(w, u, "get", obj.Namespace)
+		return
+	}
+	if apierrors.IsNotFound(err) {
+		// Collected between the create and the read: its tombstone (written before the object went) answers,
+		// else the client tries again.
+		ts := &actionsv1alpha1.ActionTombstone{}
+		if err := g.client.Get(ctx, obj, ts); err == nil && g.opts.Now().Before(ts.Spec.ExpiresAt.Time) {
+			g.tombstone(w, ts, fp)
+			return
+		}
+	}
+	g.opts.Log.Error(err, "Reading the ExternalAction that holds the key", "externalAction", obj.String())
+	w.Header().Set("Retry-After", "1")
+	writeProblem(w, problem(http.StatusServiceUnavailable, "api-unavailable",
+		"the key's action could not be read", "try again"))
 }
 
 // apiMessage is the API server's message of a refused create (the CRD's validation messages).

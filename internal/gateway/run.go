@@ -88,12 +88,11 @@ func Delegating(cfg *rest.Config, ttl time.Duration) (*authenticatorfactory.Dele
 // waits for it to sync, and listens on BindAddress (and MetricsBindAddress).
 func Run(ctx context.Context, cfg *rest.Config, o RunOptions) error {
 	if o.AuthCacheTTL <= 0 {
-		o.AuthCacheTTL = 10 * time.Second
+		o.AuthCacheTTL = DefaultAuthCacheTTL
 	}
 	if o.ShutdownGrace <= 0 {
-		o.ShutdownGrace = 15 * time.Second
+		o.ShutdownGrace = DefaultShutdownGrace
 	}
-	log := o.Log
 	tlsCfg, err := serverTLS(ctx, o)
 	if err != nil {
 		return err
@@ -110,20 +109,7 @@ func Run(ctx context.Context, cfg *rest.Config, o RunOptions) error {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
 	}
-
-	ca, err := cache.New(cfg, cache.Options{Scheme: scheme.Scheme, DefaultTransform: cache.TransformStripManagedFields()})
-	if err != nil {
-		return fmt.Errorf("cache: %w", err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	callers, err := client.New(ImpersonatingConfig(cfg), client.Options{Scheme: app.Scheme, Mapper: c.RESTMapper()})
-	if err != nil {
-		return fmt.Errorf("client acting as callers: %w", err)
-	}
-	g, err := New(ctx, c, callers, ca, o.Options)
+	g, ca, err := newFromConfig(ctx, cfg, o)
 	if err != nil {
 		return err
 	}
@@ -132,48 +118,45 @@ func Run(ctx context.Context, cfg *rest.Config, o RunOptions) error {
 	if !ca.WaitForCacheSync(ctx) {
 		return errors.New("the informer cache did not sync")
 	}
+	return serve(ctx, g, o, tlsCfg, cacheErr)
+}
 
-	listen := func(addr string) (net.Listener, error) {
-		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("listening on %s: %w", addr, err)
-		}
-		if tlsCfg != nil {
-			l = tls.NewListener(l, tlsCfg)
-		}
-		return l, nil
+// Defaults of RunOptions.
+const (
+	// DefaultAuthCacheTTL is how long a TokenReview or SubjectAccessReview answer is reused.
+	DefaultAuthCacheTTL = 10 * time.Second
+	// DefaultShutdownGrace is how long requests in flight are awaited at the stop.
+	DefaultShutdownGrace = 15 * time.Second
+)
+
+// newFromConfig builds the gateway on an informer cache (not started), a client acting as the gateway and one
+// acting as its callers (ImpersonatingConfig).
+func newFromConfig(ctx context.Context, cfg *rest.Config, o RunOptions) (*Gateway, cache.Cache, error) {
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme.Scheme, DefaultTransform: cache.TransformStripManagedFields()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("cache: %w", err)
 	}
-	newServer := func(h http.Handler, writeTimeout time.Duration) *http.Server {
-		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-			WriteTimeout: writeTimeout, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return nil, nil, fmt.Errorf("client: %w", err)
 	}
-	api, err := listen(o.BindAddress)
+	callers, err := client.New(ImpersonatingConfig(cfg), client.Options{Scheme: scheme.Scheme, Mapper: c.RESTMapper()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("client acting as callers: %w", err)
+	}
+	g, err := New(ctx, c, callers, ca, o.Options)
+	if err != nil {
+		return nil, nil, err
+	}
+	return g, ca, nil
+}
+
+// serve listens on the API, metrics and probe addresses until ctx ends, a server fails or the cache stops
+// (cacheErr), then shuts the servers down within o.ShutdownGrace.
+func serve(ctx context.Context, g *Gateway, o RunOptions, tlsCfg *tls.Config, cacheErr <-chan error) error {
+	servers, listeners, err := listenAll(ctx, g, o, tlsCfg)
 	if err != nil {
 		return err
-	}
-	servers := []*http.Server{newServer(g.Handler(), o.MaxWaitOrDefault()+30*time.Second)}
-	listeners := []net.Listener{api}
-	var metricsAddr net.Addr
-	if o.MetricsBindAddress != "" && o.MetricsBindAddress != "0" {
-		ml, err := listen(o.MetricsBindAddress)
-		if err != nil {
-			_ = api.Close()
-			return err
-		}
-		metricsAddr = ml.Addr()
-		servers = append(servers, newServer(g.metricsHandler(o.Metrics), 30*time.Second))
-		listeners = append(listeners, ml)
-	}
-	if o.ProbeAddress != "" && o.ProbeAddress != "0" {
-		pl, err := (&net.ListenConfig{}).Listen(ctx, "tcp", o.ProbeAddress)
-		if err != nil {
-			for _, l := range listeners {
-				_ = l.Close()
-			}
-			return fmt.Errorf("listening on %s: %w", o.ProbeAddress, err)
-		}
-		servers = append(servers, newServer(http.HandlerFunc(g.probe), 10*time.Second))
-		listeners = append(listeners, pl)
 	}
 	errs := make(chan error, len(servers))
 	for i, s := range servers {
@@ -183,10 +166,14 @@ func Run(ctx context.Context, cfg *rest.Config, o RunOptions) error {
 			}
 		}()
 	}
-	log.Info("Gateway serving", "address", api.Addr().String(), "tls", tlsCfg != nil,
+	var metricsAddr net.Addr
+	if len(listeners) > 1 && o.MetricsBindAddress != "" && o.MetricsBindAddress != "0" {
+		metricsAddr = listeners[1].Addr()
+	}
+	o.Log.Info("Gateway serving", "address", listeners[0].Addr().String(), "tls", tlsCfg != nil,
 		"metricsAddress", fmt.Sprint(metricsAddr))
 	if o.Ready != nil {
-		o.Ready(api.Addr(), metricsAddr)
+		o.Ready(listeners[0].Addr(), metricsAddr)
 	}
 	var runErr error
 	select {
@@ -200,6 +187,53 @@ func Run(ctx context.Context, cfg *rest.Config, o RunOptions) error {
 		_ = s.Shutdown(sctx)
 	}
 	return runErr
+}
+
+// listenAll opens the API listener (TLS unless insecure), the metrics listener and the probe listener when
+// their addresses are set, with a server for each, in that order.
+func listenAll(ctx context.Context, g *Gateway, o RunOptions, tlsCfg *tls.Config) ([]*http.Server, []net.Listener, error) {
+	listen := func(addr string, secure bool) (net.Listener, error) {
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", addr, err)
+		}
+		if secure && tlsCfg != nil {
+			l = tls.NewListener(l, tlsCfg)
+		}
+		return l, nil
+	}
+	newServer := func(h http.Handler, writeTimeout time.Duration) *http.Server {
+		return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+			WriteTimeout: writeTimeout, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+	}
+	var servers []*http.Server
+	var listeners []net.Listener
+	closeAll := func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}
+	for _, e := range []struct {
+		addr    string
+		secure  bool
+		handler http.Handler
+		write   time.Duration
+	}{
+		{o.BindAddress, true, g.Handler(), o.MaxWaitOrDefault() + 30*time.Second},
+		{o.MetricsBindAddress, true, g.metricsHandler(o.Metrics), 30 * time.Second},
+		{o.ProbeAddress, false, http.HandlerFunc(g.probe), 10 * time.Second},
+	} {
+		if len(servers) > 0 && (e.addr == "" || e.addr == "0") {
+			continue
+		}
+		l, err := listen(e.addr, e.secure)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		servers, listeners = append(servers, newServer(e.handler, e.write)), append(listeners, l)
+	}
+	return servers, listeners, nil
 }
 
 // serverTLS returns the listeners' TLS configuration (nil with Insecure, which it allows on loopback only).

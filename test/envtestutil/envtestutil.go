@@ -422,10 +422,11 @@ func (e *Env) InstallFinalizerPolicy(t testing.TB, ns string) (remove func()) {
 // as shipped and waits until the API server applies the policy: applied reports whether a dry-run create of an
 // ExternalAction in ns came back mutated by it. The returned remove deletes the objects again and waits until
 // creates are no longer mutated. Both also run at the test's end.
-func (e *Env) InstallAdmissionPolicy(t testing.TB, file, ns string, applied func(*actionsv1alpha1.ExternalAction) bool) (remove func()) {
+func (e *Env) InstallAdmissionPolicy(t testing.TB, file, ns string,
+	applied func(*actionsv1alpha1.ExternalAction) bool) (remove func()) {
 	t.Helper()
 	ctx := context.Background()
-	f, err := os.Open(filepath.Join(RepoRoot(), file))
+	f, err := os.Open(filepath.Join(RepoRoot(), file)) //nolint:gosec // a file of the repository named by the test
 	if err != nil {
 		t.Fatalf("opening %s: %v", file, err)
 	}
