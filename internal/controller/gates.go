@@ -346,8 +346,11 @@ func (a *active) postCheck(ctx context.Context) (ctrl.Result, error) {
 	r, f := a.r, &a.f
 	if f.step.Status != nil {
 		upd, err := r.parts.writer.Apply(ctx, a.xa, f.step, f.dest.ID)
-		if err != nil || upd == nil {
-			return requeueAt(f.step.At, f.now), err
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if upd == nil { // a Conflict: observe again
+			return requeueAt(f.step.At, f.now), nil
 		}
 		a.xa = upd
 	}

@@ -461,8 +461,11 @@ func (mgr *Manager) writeStep(ctx context.Context, xa *actionsv1alpha1.ExternalA
 		return ctrl.Result{}, false, nil
 	}
 	upd, err := mgr.Writer.Apply(ctx, xa, step, "")
-	if err != nil || upd == nil {
-		return ctrl.Result{RequeueAfter: requeueConflict}, false, err
+	if err != nil {
+		return ctrl.Result{}, false, err
+	}
+	if upd == nil {
+		return ctrl.Result{RequeueAfter: requeueConflict}, false, nil
 	}
 	log.FromContext(ctx).Info("outputs settled", "reason", upd.Status.Outputs.Reason, "kind", upd.Status.Outputs.Kind,
 		"name", upd.Status.Outputs.Name, "keys", len(upd.Status.Outputs.Keys))
