@@ -31,6 +31,16 @@ func newWriter(t *testing.T, objs ...client.Object) (*Writer, client.Client, *ev
 		DestinationID: func(*actionsv1alpha1.ExternalAction) string { return "Destination/ns/d" }}, c, rec
 }
 
+// currentAndStale reads the action and returns it with a copy that goes stale once the first is written.
+func currentAndStale(t *testing.T, c client.Client) (cur, stale *actionsv1alpha1.ExternalAction) {
+	t.Helper()
+	cur = &actionsv1alpha1.ExternalAction{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(action()), cur); err != nil {
+		t.Fatal(err)
+	}
+	return cur, cur.DeepCopy()
+}
+
 func action() *actionsv1alpha1.ExternalAction {
 	return &actionsv1alpha1.ExternalAction{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", Generation: 1},
 		Spec: actionsv1alpha1.ExternalActionSpec{DestinationRef: actionsv1alpha1.DestinationReference{Name: "d"}}}
@@ -46,11 +56,7 @@ func waitStep(reason string) ledger.Step {
 func TestApplyConflictEmitsNothing(t *testing.T) {
 	w, c, rec := newWriter(t, action())
 	ctx := context.Background()
-	cur := &actionsv1alpha1.ExternalAction{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(action()), cur); err != nil {
-		t.Fatal(err)
-	}
-	stale := cur.DeepCopy()
+	cur, stale := currentAndStale(t, c)
 	upd, err := w.Apply(ctx, cur, waitStep("First"), "")
 	if err != nil || upd == nil {
 		t.Fatalf("Apply on the current copy: %v, %v", upd, err)
@@ -72,11 +78,7 @@ func TestApplyConflictEmitsNothing(t *testing.T) {
 func TestClaimConflictIsLost(t *testing.T) {
 	w, c, _ := newWriter(t, action())
 	ctx := context.Background()
-	cur := &actionsv1alpha1.ExternalAction{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(action()), cur); err != nil {
-		t.Fatal(err)
-	}
-	stale := cur.DeepCopy()
+	cur, stale := currentAndStale(t, c)
 	if _, err := w.Apply(ctx, cur, waitStep("Moved"), ""); err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +95,7 @@ func TestClaimConflictIsLost(t *testing.T) {
 func TestSettleDecidesAgainOnFreshRead(t *testing.T) {
 	w, c, _ := newWriter(t, action())
 	ctx := context.Background()
-	cur := &actionsv1alpha1.ExternalAction{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(action()), cur); err != nil {
-		t.Fatal(err)
-	}
-	stale := cur.DeepCopy()
+	cur, stale := currentAndStale(t, c)
 	if _, err := w.Apply(ctx, cur, waitStep("Moved"), ""); err != nil {
 		t.Fatal(err)
 	}
