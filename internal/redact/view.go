@@ -51,9 +51,13 @@ func (r *Redactor) View(resp *httpexec.Response) *View {
 }
 
 // Cut returns at most limit bytes of the redacted body, cut on a UTF-8 boundary, and whether that is not the
-// whole body; a tail that is a prefix of a Secret value is dropped (Redactor.Body).
+// whole body. Body holds no part of a Secret value (body), so the cut needs no redaction of its own, and
+// what it keeps does not depend on the Secret values.
 func (v *View) Cut(limit int) (string, bool) {
-	return v.red.cutRedacted(string(v.Body), limit, v.BodyTruncated)
+	if len(v.Body) <= limit {
+		return string(v.Body), v.BodyTruncated
+	}
+	return CutUTF8(string(v.Body), limit), true
 }
 
 // Text returns s with every Secret value, in any of its encoded forms, replaced by Redacted; a text that
@@ -70,7 +74,10 @@ func (r *Redactor) Text(s string) string {
 }
 
 // body redacts a response body: a JSON body value by value after decoding (jsonValues), then every body as
-// text. more says the body is a prefix of a longer one (Body).
+// text. more says the body is a prefix of a longer one (the executor stopped reading): its last Longest()-1
+// bytes are then dropped whatever they hold, so that a Secret value cut at the end leaves no part of itself
+// and the kept text does not depend on whether it ends in the beginning of one (dropping only a matching
+// tail would let a destination that echoes the request confirm a guessed prefix, one per action).
 func (r *Redactor) body(b []byte, more bool) string {
 	if r.Empty() {
 		return string(b)
@@ -79,7 +86,10 @@ func (r *Redactor) body(b []byte, more bool) string {
 	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[' || t[0] == '"') {
 		s = r.jsonValues(s)
 	}
-	s, _ = r.cut(s, -1, more)
+	s = replaceSpans(s, r.spans(s))
+	if more {
+		s = CutUTF8(s, max(len(s)-(r.Longest()-1), 0))
+	}
 	if r.hidesSecret(s) {
 		return Redacted
 	}
