@@ -125,7 +125,11 @@ func (r *Redactor) jsonValues(s string) string {
 			continue
 		}
 		after := int(dec.InputOffset())
-		start := before + strings.IndexAny(s[before:after], `"-0123456789`)
+		i := strings.IndexAny(s[before:after], `"-0123456789`)
+		if i < 0 { // not reached (a string or number token starts with one of these): redact it all
+			return Redacted
+		}
+		start := before + i
 		out.WriteString(s[pos:start])
 		out.WriteString(jsonString(red))
 		pos = after

@@ -1,6 +1,8 @@
 // Package send performs one claimed attempt or one post-check against a resolved destination and classifies
 // what came back. It is what the dispatcher runs (DESIGN rule 10): it never writes status, and every string
-// it returns that a destination supplied has the destination's Secret values redacted (DESIGN rule 11).
+// it returns that a destination supplied has the destination's Secret values redacted (DESIGN rule 11): each
+// response is redacted once into a redact.View, and the record, successWhen, the post-check's expressions and
+// the outputs (Sender.Succeeded) all take the response from it.
 package send
 
 import (
