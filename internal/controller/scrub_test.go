@@ -361,3 +361,43 @@ func TestDeletionNotHeldByParkedOutcome(t *testing.T) {
 		t.Fatalf("destination received %d requests, want 1", n)
 	}
 }
+
+// An output expression and a successWhen that fail on a value of the response say which expression failed
+// and the kind of failure, never the value: a planted value appears in no condition, lastError or Event
+// (issue 23 row 9).
+func TestResponseValuesNeverQuotedInMessages(t *testing.T) {
+	const planted = "PLANTED-c0ffee42"
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, `{"id":%q}`, planted)
+	}))
+	t.Cleanup(ts.Close)
+	ns := env.Namespace(t)
+	env.CreateDestination(t, ns, "shop", ts.URL, nil)
+	env.StartManager(t, app.Options{})
+	env.Create(t, outputAction(ns, "out", "shop", "out-target", false, map[string]actionsv1alpha1.OutputExpression{
+		"x": `{"x": "1"}[response.body.id]`}))
+	when := envtestutil.Action(ns, "when", "shop", "/orders", `{"n":1}`)
+	when.Spec.SuccessWhen = `{"x": true}[response.body.id]`
+	env.Create(t, when)
+
+	out := outputsReason(t, ns, "out", actionsv1alpha1.ReasonOutputExpressionFailed)
+	if o := condition(out, actionsv1alpha1.ConditionOutputsReady); !strings.Contains(o.Message, `spec.outputs.values["x"]`) ||
+		!strings.Contains(o.Message, "no such key") {
+		t.Errorf("OutputsReady = %+v, want the key and the kind of failure named", o)
+	}
+	// The successWhen that failed leaves the 201 a rejection (lastError names the status; the outcome's error,
+	// tested in internal/send, names the expression).
+	env.WaitPhase(t, ns, "when", actionsv1alpha1.PhaseFailed, 30*time.Second)
+	env.WaitEvent(t, ns, "out", corev1.EventTypeWarning, actionsv1alpha1.ReasonOutputExpressionFailed, 10*time.Second)
+	env.WaitEvent(t, ns, "when", corev1.EventTypeWarning, actionsv1alpha1.ReasonRejected, 10*time.Second)
+	for _, name := range []string{"out", "when"} {
+		st := env.Get(t, ns, name).Status
+		st.Response = nil // the kept response is the one place the body belongs
+		dump := strings.Join(env.Events(t, ns, name), "\n") + envtestutil.JSON(st)
+		if strings.Contains(dump, planted) {
+			t.Errorf("%s: the response value %q is quoted in status or events: %s", name, planted, dump)
+		}
+	}
+}

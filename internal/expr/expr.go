@@ -133,12 +133,12 @@ func (p *Program) EvalContext(ctx context.Context, r Response) (ok bool, err err
 	defer func() {
 		// CEL should not panic, but a predicate must never crash the operator.
 		if rec := recover(); rec != nil {
-			ok, err = false, fmt.Errorf("evaluating expression: internal error: %v", rec)
+			ok, err = false, &EvalError{Kind: "internal error"}
 		}
 	}()
 	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r)})
 	if err != nil {
-		return false, fmt.Errorf("evaluating expression: %w", err)
+		return false, evalError(err)
 	}
 	b, isBool := out.Value().(bool)
 	if !isBool {
@@ -246,12 +246,12 @@ func (p *ValueProgram) EvalString(ctx context.Context, r Response) (s string, er
 	defer cancel()
 	defer func() {
 		if rec := recover(); rec != nil {
-			s, err = "", fmt.Errorf("evaluating expression: internal error: %v", rec)
+			s, err = "", &EvalError{Kind: "internal error"}
 		}
 	}()
 	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r)})
 	if err != nil {
-		return "", fmt.Errorf("evaluating expression: %w", err)
+		return "", evalError(err)
 	}
 	switch v := out.(type) {
 	case types.String:
@@ -263,7 +263,7 @@ func (p *ValueProgram) EvalString(ctx context.Context, r Response) (s string, er
 	}
 	native, err := out.ConvertToNative(reflect.TypeFor[*structpb.Value]())
 	if err != nil {
-		return "", fmt.Errorf("expression value of type %s cannot be written as text: %w", out.Type().TypeName(), err)
+		return "", fmt.Errorf("expression value of type %s cannot be written as text", out.Type().TypeName())
 	}
 	if i, ok := out.(types.Int); ok { // JSON numbers are doubles; an int keeps all its digits
 		return strconv.FormatInt(int64(i), 10), nil
@@ -281,6 +281,57 @@ func (p *ValueProgram) EvalString(ctx context.Context, r Response) (s string, er
 		return "", fmt.Errorf("encoding the expression value as JSON: %w", err)
 	}
 	return buf.String(), nil
+}
+
+// EvalError is a runtime error of an expression. Its text names the kind of failure only ("no such key",
+// "index out of bounds", ...), never the values involved: CEL quotes them ("no such key: <key>"), and a key or
+// index may come from the response, which the text must not carry into status, conditions or Events
+// (DESIGN rule 11). The CEL error itself is not kept.
+type EvalError struct {
+	// Kind is one of evalErrorKinds, the text of a context error (context deadline exceeded, context
+	// canceled), "internal error" or "runtime error".
+	Kind string
+	// ctx is the context error that stopped the evaluation, if any (errors.Is).
+	ctx error
+}
+
+func (e *EvalError) Error() string { return "evaluating expression: " + e.Kind }
+
+// Unwrap returns the context error that stopped the evaluation (nil otherwise).
+func (e *EvalError) Unwrap() error { return e.ctx }
+
+// evalErrorKinds are the beginnings of CEL runtime error texts that name a kind of failure; the text after
+// them (a key, an index, a type conversion's input) is dropped. Any other error is "runtime error".
+var evalErrorKinds = []string{
+	"no such key", "no such attribute", "no such overload", "no matching overload", "index out of bounds",
+	"index out of range", "division by zero", "modulus by zero", "type conversion error", "error parsing regexp",
+	"integer overflow", kindCostLimit, "operation interrupted", "operation cancelled",
+	"invalid UTF-8", "unsupported",
+}
+
+// kindCostLimit is the kind of an evaluation stopped by CostLimit.
+const kindCostLimit = "actual cost limit exceeded"
+
+// evalError is err (a CEL evaluation error) as an EvalError.
+func evalError(err error) *EvalError {
+	for _, c := range []error{context.DeadlineExceeded, context.Canceled} {
+		if errors.Is(err, c) {
+			return &EvalError{Kind: c.Error(), ctx: c}
+		}
+	}
+	msg := err.Error()
+	for _, k := range evalErrorKinds {
+		if strings.HasPrefix(msg, k) {
+			if strings.Contains(msg, "cost limit") {
+				return &EvalError{Kind: kindCostLimit}
+			}
+			return &EvalError{Kind: k}
+		}
+	}
+	if strings.Contains(msg, "cost limit") {
+		return &EvalError{Kind: kindCostLimit}
+	}
+	return &EvalError{Kind: "runtime error"}
 }
 
 // DefaultSuccess reports the default success rule: 200 <= code <= 299.

@@ -2,6 +2,7 @@ package expr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -117,8 +118,8 @@ func TestEvalErrors(t *testing.T) {
 		resp    Response
 		wantErr string
 	}{
-		{"missing field", `response.body.status == "ok"`, jsonResp(200, `{"id":1}`), "no such key: status"},
-		{"missing header", `response.headers["etag"] == "x"`, jsonResp(200, `{}`), "no such key: etag"},
+		{"missing field", `response.body.status == "ok"`, jsonResp(200, `{"id":1}`), "no such key"},
+		{"missing header", `response.headers["etag"] == "x"`, jsonResp(200, `{}`), "no such key"},
 		{"body not an object", `response.body.status == "ok"`, Response{StatusCode: 200, Body: []byte("done")}, ""},
 		{"body array field", `response.body.status == "ok"`, jsonResp(200, `[1,2]`), ""},
 		{"dyn non-bool result", `response.statusCode`, jsonResp(200, `{}`), "must evaluate to a boolean, got int"},
@@ -243,6 +244,30 @@ func TestDefaultSuccess(t *testing.T) {
 	for code, want := range map[int]bool{0: false, 199: false, 200: true, 201: true, 204: true, 299: true, 300: false, 404: false, 500: false} {
 		if got := DefaultSuccess(code); got != want {
 			t.Errorf("DefaultSuccess(%d) = %v, want %v", code, got, want)
+		}
+	}
+}
+
+// A runtime error names the kind of failure, never a value of the response (CEL's text quotes keys and
+// indexes, which may come from the response): issue 23 row 9.
+func TestEvalErrorsNameTheKindNotTheValue(t *testing.T) {
+	const planted = "PLANTED-77aa01"
+	r := jsonResp(200, `{"id":"`+planted+`","n":918273}`)
+	for _, tc := range []struct{ src, kind string }{
+		{`{"x": 1}[response.body.id]`, "no such key"},
+		{`[1][response.body.n]`, "index out of bounds"},
+		{`int(response.body.id)`, "type conversion error"},
+		{`response.body.id.matches(response.body.id + "(")`, "error parsing regexp"},
+	} {
+		p, err := CompileValue(tc.src)
+		if err != nil {
+			t.Fatalf("CompileValue(%q): %v", tc.src, err)
+		}
+		_, err = p.EvalString(context.Background(), r)
+		var ee *EvalError
+		if !errors.As(err, &ee) || ee.Kind != tc.kind || strings.Contains(err.Error(), planted) ||
+			strings.Contains(err.Error(), "918273") {
+			t.Errorf("%s: error %v, want kind %q and no value", tc.src, err, tc.kind)
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -30,7 +29,6 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/expr"
-	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/redact"
 	"github.com/actionledger/actionledger/internal/status"
@@ -145,21 +143,16 @@ func (mgr *Manager) Check(xa *actionsv1alpha1.ExternalAction) error {
 // outputEvalBudget bounds the evaluation of all the expressions of one action's outputs.
 const outputEvalBudget = 2 * time.Second
 
-// Hold evaluates spec.outputs.values on the successful response resp and holds the result in memory
-// until Settle writes it. The expressions see the body as received up to MaxOutputResponseBytes and the
-// headers, with the destination's Secret values replaced by Redacted (DESIGN rule 11: a value read from a
-// Secret goes into the request and nowhere else, so it never reaches an output either).
-func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction, resp *httpexec.Response, red *redact.Redactor) {
+// Hold evaluates spec.outputs.values on view, the redacted view of the successful response, and holds the
+// result in memory until Settle writes it. The expressions see the body as kept (up to
+// MaxOutputResponseBytes) and the headers, with the destination's Secret values replaced by Redacted in every
+// form the view knows (DESIGN rule 11: a value read from a Secret goes into the request and nowhere else, so
+// it never reaches an output either). A failure is held as the key, the expression's kind of failure and
+// never a value (expr.EvalError).
+func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction, view *redact.View) {
 	h := &heldOutputs{uid: xa.UID}
 	defer mgr.held.Store(types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name}, h)
-	body, _ := red.Body(resp.Body, -1, resp.BodyTruncated)
-	header := make(http.Header, len(resp.Header))
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			header.Add(k, red.String(v))
-		}
-	}
-	in := expr.Response{StatusCode: resp.StatusCode, Header: header, Body: []byte(body)}
+	in := expr.Response{StatusCode: view.StatusCode, Header: view.Header, Body: view.Body}
 	ctx, cancel := context.WithTimeout(ctx, outputEvalBudget)
 	defer cancel()
 	values := make(map[string]string, len(xa.Spec.Outputs.Values))
@@ -169,7 +162,7 @@ func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 			values[k], err = p.EvalString(ctx, in)
 		}
 		if err != nil {
-			if resp.BodyTruncated {
+			if view.BodyTruncated {
 				err = fmt.Errorf("%w (the response body is longer than %d bytes; the expressions see only its beginning)",
 					err, actionsv1alpha1.MaxOutputResponseBytes)
 			}

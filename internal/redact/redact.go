@@ -20,21 +20,31 @@ const MinSecretLength = 4
 // Redactor replaces the Secret values of one destination with Redacted. It is pure and safe for concurrent
 // use; the zero value (and nil) redacts nothing.
 type Redactor struct {
-	// values are distinct, at least MinSecretLength bytes long, longest first.
+	// secrets are the Secret values as given (distinct, at least MinSecretLength bytes long).
+	secrets []string
+	// values are the secrets and their encoded forms (encodedForms), distinct, at least MinSecretLength bytes
+	// long, longest first: what is searched for.
 	values []string
 }
 
 // New returns a redactor for values; values shorter than MinSecretLength are ignored (the caller
-// refuses those it must not send) and duplicates are dropped.
+// refuses those it must not send) and duplicates are dropped. Each value is searched for as it is and in
+// the encoded forms a destination may echo it in (encodedForms).
 func New(values ...string) *Redactor {
-	var vs []string
+	var secrets, vs []string
 	for _, v := range values {
-		if len(v) >= MinSecretLength && !slices.Contains(vs, v) {
-			vs = append(vs, v)
+		if len(v) < MinSecretLength || slices.Contains(secrets, v) {
+			continue
+		}
+		secrets = append(secrets, v)
+		for _, f := range encodedForms(v) {
+			if len(f) >= MinSecretLength && !slices.Contains(vs, f) {
+				vs = append(vs, f)
+			}
 		}
 	}
 	slices.SortStableFunc(vs, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
-	return &Redactor{values: vs}
+	return &Redactor{secrets: secrets, values: vs}
 }
 
 // With returns a redactor for r's values plus values (r itself is not changed).
@@ -42,10 +52,13 @@ func (r *Redactor) With(values ...string) *Redactor {
 	if r == nil {
 		return New(values...)
 	}
-	return New(append(append([]string(nil), r.values...), values...)...)
+	return New(append(append([]string(nil), r.secrets...), values...)...)
 }
 
-// Longest is the length of the longest value, in bytes (0 without values).
+// Empty reports whether r redacts nothing (nil, or no value of MinSecretLength bytes).
+func (r *Redactor) Empty() bool { return r == nil || len(r.values) == 0 }
+
+// Longest is the length of the longest value or encoded form, in bytes (0 without values).
 func (r *Redactor) Longest() int {
 	if r == nil || len(r.values) == 0 {
 		return 0
@@ -71,10 +84,16 @@ func (r *Redactor) Body(body []byte, limit int, more bool) (string, bool) {
 
 // cut redacts s, then cuts the result to limit bytes (limit < 0: no cut).
 func (r *Redactor) cut(s string, limit int, more bool) (string, bool) {
-	truncated := more
 	if r != nil && len(r.values) > 0 {
 		s = replaceSpans(s, r.spans(s))
 	}
+	return r.cutRedacted(s, limit, more)
+}
+
+// cutRedacted cuts s, already redacted, to limit bytes (limit < 0: no cut) and drops a tail that is a prefix
+// of a value when the result is not the whole text (Body).
+func (r *Redactor) cutRedacted(s string, limit int, more bool) (string, bool) {
+	truncated := more
 	if limit >= 0 && len(s) > limit {
 		s, truncated = CutUTF8(s, limit), true
 	}

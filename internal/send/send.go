@@ -1,6 +1,8 @@
 // Package send performs one claimed attempt or one post-check against a resolved destination and classifies
 // what came back. It is what the dispatcher runs (DESIGN rule 10): it never writes status, and every string
-// it returns that a destination supplied has the destination's Secret values redacted (DESIGN rule 11).
+// it returns that a destination supplied has the destination's Secret values redacted (DESIGN rule 11): each
+// response is redacted once into a redact.View, and the record, successWhen, the post-check's expressions and
+// the outputs (Sender.Succeeded) all take the response from it.
 package send
 
 import (
@@ -75,9 +77,9 @@ type Sender struct {
 	Executor httpexec.Executor
 	Exprs    *expr.Cache
 	Clock    clock.PassiveClock
-	// Succeeded runs on the response of a successful attempt of an action with spec.outputs (the outputs hold
-	// their values from it), with the request's redactor.
-	Succeeded func(ctx context.Context, xa *actionsv1alpha1.ExternalAction, resp *httpexec.Response, red *redact.Redactor)
+	// Succeeded runs on the redacted view of the response of a successful attempt of an action with
+	// spec.outputs (the outputs hold their values from it).
+	Succeeded func(ctx context.Context, xa *actionsv1alpha1.ExternalAction, view *redact.View)
 }
 
 // Job is the dispatcher job of the claimed attempt of claimed: Run sends once to target (the checked
@@ -214,10 +216,11 @@ func (s *Sender) send(ctx context.Context, xa *actionsv1alpha1.ExternalAction, d
 		Timeout: timeout, TLS: dest.TLS,
 	}, keep)
 	dest.Refused(token, res)
-	o := s.classify(xa, res, env, red, token != "")
-	if o.Class == retry.ClassSuccess && xa.Spec.Outputs != nil && res.Response != nil && s.Succeeded != nil {
+	view := red.View(res.Response)
+	o := s.classify(xa, res, view, env, red, token != "")
+	if o.Class == retry.ClassSuccess && xa.Spec.Outputs != nil && view != nil && s.Succeeded != nil {
 		// Only a success holds outputs: never a failed, retried or uncertain attempt.
-		s.Succeeded(context.WithoutCancel(ctx), xa, res.Response, red)
+		s.Succeeded(context.WithoutCancel(ctx), xa, view)
 	}
 	return o
 }
@@ -228,14 +231,16 @@ func keepBytes(red *redact.Redactor) int {
 	return MaxResponseBodyBytes + red.Longest()
 }
 
-// classify turns an attempt's result into an outcome. Every destination-supplied string in it (error text,
-// Retry-After, the kept response) has the destination's Secret values redacted; the retry decision and
-// successWhen see the response as received.
+// classify turns an attempt's result, with view the redacted view of its response (nil without one), into an
+// outcome. Every destination-supplied string in it (error text, Retry-After, the kept response) comes from
+// the view or has the destination's Secret values redacted, and successWhen sees the view too: an expression
+// over a Secret value sees only redact.Redacted (DESIGN rule 11). The retry decision reads the status code and
+// the headers as received (Retry-After is a delay, not a value that is kept).
 //
 // renewed says that the request carried an OAuth2 token, which a 401 has dropped (Resolved.Refused): the
 // 401 is then retried with a new token.
-func (s *Sender) classify(xa *actionsv1alpha1.ExternalAction, res httpexec.Result, env ledger.Env, red *redact.Redactor,
-	renewed bool) ledger.Outcome {
+func (s *Sender) classify(xa *actionsv1alpha1.ExternalAction, res httpexec.Result, view *redact.View, env ledger.Env,
+	red *redact.Redactor, renewed bool) ledger.Outcome {
 	o := ledger.Outcome{FinishedAt: s.Clock.Now()}
 	obs := retry.Observation{Err: res.Err, Written: res.Written, RenewedCredential: renewed}
 	if res.Err != nil {
@@ -244,12 +249,13 @@ func (s *Sender) classify(xa *actionsv1alpha1.ExternalAction, res httpexec.Resul
 	}
 	if resp := res.Response; resp != nil {
 		o.StatusCode = resp.StatusCode
-		o.RetryAfter = red.String(resp.Header.Get("Retry-After"))
-		o.Response = ResponseRecord(resp, red)
+		o.RetryAfter = view.Header.Get("Retry-After")
+		o.Response = ResponseRecord(view)
 		obs.StatusCode = resp.StatusCode
 		obs.Header = resp.Header
-		ok, err := s.succeeded(xa, resp)
+		ok, err := SuccessWhen(s.Exprs, xa, view)
 		if err != nil {
+			// The error names the kind of failure, never a value (expr.EvalError).
 			o.Error = red.String("spec.successWhen: " + err.Error())
 		}
 		obs.Succeeded = ok
@@ -258,44 +264,43 @@ func (s *Sender) classify(xa *actionsv1alpha1.ExternalAction, res httpexec.Resul
 	return o
 }
 
-func (s *Sender) succeeded(xa *actionsv1alpha1.ExternalAction, resp *httpexec.Response) (bool, error) {
+// SuccessWhen evaluates spec.successWhen (default: a 2xx status) on view, the redacted view of the response.
+// An evaluation error names the kind of failure, never a response value (expr.EvalError).
+func SuccessWhen(exprs *expr.Cache, xa *actionsv1alpha1.ExternalAction, view *redact.View) (bool, error) {
 	if xa.Spec.SuccessWhen == "" {
-		return expr.DefaultSuccess(resp.StatusCode), nil
+		return expr.DefaultSuccess(view.StatusCode), nil
 	}
-	p, err := SuccessProgram(s.Exprs, xa)
+	p, err := SuccessProgram(exprs, xa)
 	if err != nil {
 		return false, err
 	}
-	return p.Eval(exprResponse(resp))
+	return p.Eval(exprResponse(view))
 }
 
-// exprResponse is the response as CEL sees it (successWhen, post-check): as received, not redacted, with the
-// body cut at MaxResponseBodyBytes whatever the executor kept beyond it for redaction.
-func exprResponse(resp *httpexec.Response) expr.Response {
-	body := resp.Body
-	if len(body) > MaxResponseBodyBytes {
-		body = body[:MaxResponseBodyBytes]
-	}
-	return expr.Response{StatusCode: resp.StatusCode, Header: resp.Header, Body: body}
+// exprResponse is the response as CEL sees it (successWhen, post-check): the redacted view, with the body cut
+// at MaxResponseBodyBytes whatever the executor kept beyond it for redaction.
+func exprResponse(view *redact.View) expr.Response {
+	body, _ := view.Cut(MaxResponseBodyBytes)
+	return expr.Response{StatusCode: view.StatusCode, Header: view.Header, Body: []byte(body)}
 }
 
-// ResponseRecord is the response as status keeps it: Secret values redacted from the body (before it is cut
-// to MaxResponseBodyBytes, so a value at the cut leaves nothing behind) and from the selected headers, each
-// cut to its bound on a UTF-8 boundary. bodySHA256 stays the hash of the body as the destination sent it.
-func ResponseRecord(resp *httpexec.Response, red *redact.Redactor) *actionsv1alpha1.ResponseRecord {
-	body, truncated := red.Body(resp.Body, MaxResponseBodyBytes, resp.BodyTruncated)
+// ResponseRecord is the response as status keeps it, taken from view (the redacted view): the body cut to
+// MaxResponseBodyBytes after redaction (so a value at the cut leaves nothing behind) and the selected headers,
+// each cut to its bound on a UTF-8 boundary. bodySHA256 stays the hash of the body as the destination sent it.
+func ResponseRecord(view *redact.View) *actionsv1alpha1.ResponseRecord {
+	body, truncated := view.Cut(MaxResponseBodyBytes)
 	rec := &actionsv1alpha1.ResponseRecord{
-		StatusCode:    int32(resp.StatusCode), //nolint:gosec // G115: HTTP status codes are three digits
+		StatusCode:    int32(view.StatusCode), //nolint:gosec // G115: HTTP status codes are three digits
 		Body:          body,
 		BodyTruncated: truncated,
-		BodySHA256:    resp.BodySHA256,
+		BodySHA256:    view.BodySHA256,
 	}
 	for _, name := range selectedHeaders {
-		if v := resp.Header.Get(name); v != "" {
+		if v := view.Header.Get(name); v != "" {
 			if rec.Headers == nil {
 				rec.Headers = map[string]string{}
 			}
-			rec.Headers[name] = redact.CutUTF8(red.String(v), actionsv1alpha1.MaxResponseHeaderValueLength)
+			rec.Headers[name] = redact.CutUTF8(v, actionsv1alpha1.MaxResponseHeaderValueLength)
 		}
 	}
 	return rec
@@ -371,8 +376,9 @@ func (s *Sender) verdict(dest *destination.Resolved, res httpexec.Result, red *r
 		return out
 	}
 	rc := dest.Spec.Reconciliation
-	out.Rec = ResponseRecord(res.Response, red)
-	in := exprResponse(res.Response)
+	view := red.View(res.Response)
+	out.Rec = ResponseRecord(view)
+	in := exprResponse(view)
 	var failed []string
 	for _, c := range []struct {
 		field, src string
