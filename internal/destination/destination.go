@@ -604,13 +604,27 @@ func (s secretReader) signer(sc *actionsv1alpha1.SigningConfig) (httpexec.Signer
 		if err := s.long(t, h.SecretRef.Name, h.SecretRef.Key); err != nil {
 			return nil, nil, err
 		}
-		sig, err := httpexec.NewHMAC(h.Header, string(h.Algorithm), h.Prefix, []byte(t))
+		sig, err := httpexec.NewHMAC(hmacOptions(h), []byte(t))
 		if err != nil {
 			return nil, nil, fmt.Errorf("signing.hmac of %s: %w", s.owner, err)
 		}
 		return sig, []string{string(v), t}, nil
 	}
 	return nil, nil, nil
+}
+
+// hmacOptions maps spec.signing.hmac to the signer's options: payload KeyTimestampBody sends the signing time in
+// timestampHeader (DefaultHMACTimestampHeader when empty); Body, or no payload (a Destination stored before the
+// field existed), signs the body only.
+func hmacOptions(h *actionsv1alpha1.HMACSigning) httpexec.HMACOptions {
+	o := httpexec.HMACOptions{Header: h.Header, Algorithm: string(h.Algorithm), Prefix: h.Prefix}
+	if h.Payload == actionsv1alpha1.HMACPayloadKeyTimestampBody {
+		o.TimestampHeader = h.TimestampHeader
+		if o.TimestampHeader == "" {
+			o.TimestampHeader = actionsv1alpha1.DefaultHMACTimestampHeader
+		}
+	}
+	return o
 }
 
 // errShortSecret marks a Secret value too short to be redacted safely (redact.MinSecretLength).
