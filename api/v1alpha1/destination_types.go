@@ -466,6 +466,13 @@ type DestinationSpec struct {
 	// +optional
 	Signing *SigningConfig `json:"signing,omitempty"`
 
+	// serviceAccountName is the ServiceAccount of the Destination's namespace whose rights read the Secrets it names (auth, tls, signing), by impersonation: a Secret that ServiceAccount may not get is refused before anything is sent (reason SecretNotAllowed, the message naming the Secret and the ServiceAccount). When empty the manager's --default-service-account is used; without one the manager reads with its own rights, unless it runs with --require-service-account, which refuses the Destination. Not allowed on a ClusterDestination.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
 	// idempotency says how the key is sent and whether the destination deduplicates on it.
 	// +optional
 	Idempotency *IdempotencyConfig `json:"idempotency,omitempty"`
@@ -548,6 +555,7 @@ type DestinationList struct {
 // ClusterDestinationSpec is a DestinationSpec plus the namespaces allowed to use it.
 // The keyFormat rule is a transition rule (optionalOldSelf): a stored ClusterDestination whose keyFormat was accepted by an earlier, looser rule keeps working, and may be edited, as long as the keyFormat itself is left unchanged; a new or changed keyFormat must satisfy the rule.
 // +kubebuilder:validation:XValidation:rule=`(has(self.idempotency) && has(self.idempotency.keyFormat) && self.idempotency.keyFormat.size() > 0 ? (self.idempotency.keyFormat.matches('^[^{]*[{]namespace[}][^-a-z0-9{]') && self.idempotency.keyFormat.contains('{name}')) || (self.idempotency.keyFormat.matches('^[^{]*[{]name[}][^-a-z0-9.{]') && self.idempotency.keyFormat.contains('{namespace}')) : true) || (oldSelf.hasValue() && has(oldSelf.value().idempotency) && has(oldSelf.value().idempotency.keyFormat) && has(self.idempotency) && has(self.idempotency.keyFormat) && oldSelf.value().idempotency.keyFormat == self.idempotency.keyFormat)`,optionalOldSelf=true,fieldPath=".idempotency.keyFormat",message="keyFormat of a ClusterDestination must contain {namespace} and {name}, the first of the two preceded by text without '{' and followed by a character that cannot occur in it (after {namespace} not a-z, 0-9, '-' or '{', such as '/', '.' or ':'; after {name} not a-z, 0-9, '-', '.' or '{', such as '/' or ':'), for example {namespace}/{name}: every namespace may use it, and otherwise two tenants' actions can send the same key ({namespace}-{name} gives team-a-pay-1 for both team/a-pay-1 and team-a/pay-1)"
+// +kubebuilder:validation:XValidation:rule="!has(self.serviceAccountName)",message="serviceAccountName is for namespaced Destinations: a ClusterDestination reads its Secrets in the controller's namespace with the manager's rights; remove serviceAccountName"
 type ClusterDestinationSpec struct {
 	DestinationSpec `json:",inline"`
 

@@ -26,6 +26,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/controller"
+	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
@@ -70,6 +71,12 @@ type Options struct {
 	// InsecureSkipVerifyAllowed lets namespaced Destinations turn TLS verification off (flag
 	// --insecure-skip-verify-allowed, default false); ClusterDestinations may always.
 	InsecureSkipVerifyAllowed bool
+	// DefaultServiceAccount is the ServiceAccount (a name, in the Destination's namespace) whose rights read the
+	// Secrets of a Destination without spec.serviceAccountName (flag --default-service-account; "" none).
+	DefaultServiceAccount string
+	// RequireServiceAccount refuses a Destination whose Secrets would be read with the manager's own rights (no
+	// spec.serviceAccountName, no DefaultServiceAccount): flag --require-service-account, for multi-tenant installs.
+	RequireServiceAccount bool
 	// Holder overrides the claim holder identity (default: hostname + "_" + random nonce).
 	Holder string
 	// Clock overrides the clock (tests).
@@ -220,6 +227,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles, MaxInFlight: o.MaxInFlight, ShutdownGrace: shutdownGrace(o),
 		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed, AllEvents: o.AllEvents, SkipNameValidation: o.SkipNameValidation,
 		Tombstones: tombstones, TombstoneStore: store, Tokens: tokens, Shards: shards,
+		Tenants: &destination.TenantSecrets{Config: cfg, Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+			DefaultServiceAccount: o.DefaultServiceAccount, Required: o.RequireServiceAccount},
 	}
 	if err := addControllers(mgr, o, opts, clk, exec, policy); err != nil {
 		return nil, err
@@ -327,7 +336,7 @@ func addControllers(mgr ctrl.Manager, o Options, opts controller.Options, clk cl
 		if err := (&controller.DestinationReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ControllerNamespace: o.ControllerNamespace,
 			Exprs: expr.NewCache(64), Egress: policy, Cluster: cluster, InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
-			SkipNameValidation: o.SkipNameValidation, Tokens: opts.Tokens,
+			SkipNameValidation: o.SkipNameValidation, Tokens: opts.Tokens, Tenants: opts.Tenants,
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the destination validator: %w", err)
 		}
