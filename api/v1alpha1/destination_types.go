@@ -226,7 +226,7 @@ const (
 const DefaultHMACTimestampHeader = "X-Signature-Timestamp"
 
 // HMACSigning is an HMAC (RFC 2104) sent in a header, over the key, the time and the body (payload KeyTimestampBody) or over the body only (payload Body).
-// A new signing.hmac must say what it signs (payload): KeyTimestampBody is the one to choose; one stored before the field existed keeps signing the body only (payload absent means Body) until payload is set, and payload cannot be removed again.
+// A new signing.hmac must say what it signs (payload; the admission policy config/admission/hmac_payload_policy.yaml sets KeyTimestampBody when it is absent); one stored before the field existed keeps signing the body only (payload absent means Body) until payload is set, and payload cannot be removed again.
 // +kubebuilder:validation:XValidation:rule="has(self.payload) || (oldSelf.hasValue() && !has(oldSelf.value().payload))",message="signing.hmac.payload must be set: KeyTimestampBody (signs the idempotency key, a timestamp and the body; recommended) or Body (the body only, weaker: see docs/auth.md)",optionalOldSelf=true
 // +kubebuilder:validation:XValidation:rule="!has(self.payload) || self.payload != 'KeyTimestampBody' || (has(self.timestampHeader) ? self.timestampHeader : 'X-Signature-Timestamp').lowerAscii() != self.header.lowerAscii()",message="signing.hmac.timestampHeader (default X-Signature-Timestamp) may not be signing.hmac.header: choose two different headers"
 type HMACSigning struct {
@@ -253,7 +253,7 @@ type HMACSigning struct {
 	// +kubebuilder:validation:Pattern=`^[!-~]*$`
 	Prefix string `json:"prefix,omitempty"`
 
-	// payload is what the signature covers. KeyTimestampBody: the HMAC of "<idempotency key>.<timestamp>.<body>", where the key is the value of the idempotency header (idempotency.header, default Idempotency-Key), the timestamp the signing time in Unix seconds (decimal) as sent in timestampHeader, and the body the exact bytes sent (empty for a request without one). Body: the HMAC of the body bytes only; weaker, since the same body gets the same signature under every key and at every time. A new signing.hmac must set it; absent (a Destination stored before the field existed) means Body.
+	// payload is what the signature covers. KeyTimestampBody: the HMAC of "<idempotency key>.<timestamp>.<body>", where the key is the value of the idempotency header (idempotency.header, default Idempotency-Key), the timestamp the signing time in Unix seconds (decimal) as sent in timestampHeader, and the body the exact bytes sent (empty for a request without one). Body: the HMAC of the body bytes only; weaker, since the same body gets the same signature under every key and at every time. A new signing.hmac gets KeyTimestampBody from the admission policy config/admission/hmac_payload_policy.yaml (Kubernetes 1.36+) and is refused without one where the policy is not installed; absent (a Destination stored before the field existed) means Body.
 	// +optional
 	Payload HMACPayload `json:"payload,omitempty"`
 
