@@ -11,10 +11,12 @@ import (
 	"maps"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -185,6 +187,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	watchSelector, leID, err := shardOf(o)
 	if err != nil {
 		return nil, err
+	}
+	if sa := o.DefaultServiceAccount; sa != "" {
+		if msgs := validation.IsDNS1123Subdomain(sa); len(msgs) > 0 {
+			return nil, fmt.Errorf("--default-service-account %q is not a ServiceAccount name: %s", sa, strings.Join(msgs, "; "))
+		}
 	}
 	// The tombstone index learns of every (re)list of the ExternalAction informer through its ListerWatcher.
 	// A shard does without it: its informer sees only its own shard's deletions, so it cannot prove that a key

@@ -28,7 +28,7 @@ var errServiceAccountRequired = errors.New("service account required")
 // DefaultServiceAccount. So a Secret is sent only if that ServiceAccount may get it, whoever wrote the
 // Destination. Without either, the manager's own rights read them (its APIReader), unless Required refuses
 // that. ClusterDestinations always read with the manager's rights, in the controller's namespace. Safe for
-// concurrent use; the zero value reads everything as the manager.
+// concurrent use; the zero value reads as the manager what names no ServiceAccount and refuses the rest.
 type TenantSecrets struct {
 	// Config is the manager's rest.Config; each impersonating client is a copy with Impersonate set. nil: no
 	// impersonation is possible, and a Destination that needs one is refused.
@@ -47,8 +47,9 @@ type TenantSecrets struct {
 	clients *lru.Cache // "<namespace>/<serviceaccount>" -> client.Reader
 }
 
-// ServiceAccount returns the ServiceAccount whose rights read the Secrets of a Destination of namespace ns with
-// spec.serviceAccountName named ("" none): named, else DefaultServiceAccount, else "" (the manager's rights).
+// ServiceAccount returns the ServiceAccount (a name, in the Destination's namespace) whose rights read the
+// Secrets of a Destination with spec.serviceAccountName named ("" none): named, else DefaultServiceAccount,
+// else "" (the manager's rights).
 func (t *TenantSecrets) ServiceAccount(named string) string {
 	if named != "" {
 		return named

@@ -179,9 +179,9 @@ func TestSigningAdmission(t *testing.T) {
 		{"hmac timestampHeader", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.TimestampHeader = "X-Hub-Timestamp" }), ""},
 		{"hmac timestampHeader Authorization", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.TimestampHeader = "authorization" }), hmacTSHeader},
 		{"hmac timestampHeader is the header", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.TimestampHeader = "x-hub-signature-256" }), hmacTSSame},
-		{"hmac header is the default timestampHeader", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Header = "X-Signature-Timestamp" }), hmacTSSame},
+		{"hmac header is the default timestampHeader", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Header = actionsv1alpha1.DefaultHMACTimestampHeader }), hmacTSSame},
 		{"hmac header is the default timestampHeader with payload Body", withHMAC(func(h *actionsv1alpha1.HMACSigning) {
-			h.Header, h.Payload = "X-Signature-Timestamp", actionsv1alpha1.HMACPayloadBody
+			h.Header, h.Payload = actionsv1alpha1.DefaultHMACTimestampHeader, actionsv1alpha1.HMACPayloadBody
 		}), ""},
 		{"hmac timestampHeader is the default idempotency header", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.TimestampHeader = "Idempotency-Key" }), hmacTSIdem},
 		{"hmac default timestampHeader is the idempotency header", destination(ns, func(s *actionsv1alpha1.DestinationSpec) {
