@@ -56,7 +56,8 @@ func main() {
 type managerFlags struct {
 	metricsAddr, probeAddr, leNamespace, controllerNS string
 	secureMetrics, leaderElect, enableHTTP2           bool
-	insecureSkipVerifyAllowed                         bool
+	insecureSkipVerifyAllowed, requireServiceAccount  bool
+	defaultServiceAccount                             string
 	events                                            string
 	qps                                               float64
 	burst, concurrency                                int
@@ -127,6 +128,12 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 		"Let namespaced Destinations turn TLS verification off (spec.tls.insecureSkipVerify). Without it such a "+
 			"Destination is not Ready (reason InsecureSkipVerifyNotAllowed) and nothing is sent to it; "+
 			"ClusterDestinations may always.")
+	fs.StringVar(&f.defaultServiceAccount, "default-service-account", "", "The ServiceAccount (a name, in the "+
+		"Destination's namespace) whose rights read the Secrets of a Destination without spec.serviceAccountName, "+
+		"by impersonation. Empty: such a Destination's Secrets are read with the manager's rights.")
+	fs.BoolVar(&f.requireServiceAccount, "require-service-account", false, "Refuse a Destination whose Secrets would "+
+		"be read with the manager's rights (no spec.serviceAccountName and no --default-service-account): reason "+
+		"SecretNotAllowed, nothing is sent. For multi-tenant installs. ClusterDestinations are not affected.")
 }
 
 // options are the app.Options of the parsed flags.
@@ -145,6 +152,8 @@ func (f *managerFlags) options() app.Options {
 		MaxInFlight: f.maxInFlight, ShutdownGrace: f.shutdownGrace,
 		Egress:                    &f.egress,
 		InsecureSkipVerifyAllowed: f.insecureSkipVerifyAllowed,
+		DefaultServiceAccount:     f.defaultServiceAccount,
+		RequireServiceAccount:     f.requireServiceAccount,
 		AllEvents:                 f.events == "all",
 		TombstoneStore:            f.tombstoneStore,
 		TombstoneStoreDSNFile:     f.tombstoneDSNFile,

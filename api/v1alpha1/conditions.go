@@ -49,7 +49,7 @@ const (
 	ReasonRejected               = "Rejected"               // business rejection by the destination
 	ReasonInvalidSpec            = "InvalidSpec"            // bad CEL, body too large, looser retry policy
 	ReasonDestinationNotReady    = "DestinationNotReady"    // destination missing or unusable
-	ReasonSecretNotAllowed       = "SecretNotAllowed"       // a Secret outside the allowed namespace was named
+	ReasonSecretNotAllowed       = "SecretNotAllowed"       // a Secret outside the allowed namespace, or one the Destination's ServiceAccount may not get, was named
 	ReasonFingerprintConflict    = "FingerprintConflict"    // the key is bound to another fingerprint
 	ReasonOutcomeUnknown         = "OutcomeUnknown"         // uncertain and unprovable; waits for a person
 	ReasonPostCheckPending       = "PostCheckPending"       // asking the destination's post-check

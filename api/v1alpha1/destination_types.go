@@ -188,7 +188,7 @@ type SigningConfig struct {
 	// +optional
 	StandardWebhooks *StandardWebhooksSigning `json:"standardWebhooks,omitempty"`
 
-	// hmac puts the hex HMAC of the exact body bytes sent (an empty body for a request without one) into a header, as GitHub (X-Hub-Signature-256: sha256=<hex>) and many others do.
+	// hmac puts a hex HMAC into a header: by default (payload KeyTimestampBody) of "<idempotency key>.<timestamp>.<body>" with the timestamp in its own header, as Standard Webhooks binds id, time and body; with payload Body of the exact body bytes sent only, as GitHub (X-Hub-Signature-256: sha256=<hex>) does.
 	// +optional
 	HMAC *HMACSigning `json:"hmac,omitempty"`
 }
@@ -211,7 +211,24 @@ const (
 	HMACSHA512 HMACAlgorithm = "sha512"
 )
 
-// HMACSigning is a plain HMAC over the body, sent in a header.
+// HMACPayload is what an HMAC signature covers.
+// +kubebuilder:validation:Enum=KeyTimestampBody;Body
+type HMACPayload string
+
+const (
+	// HMACPayloadKeyTimestampBody signs "<idempotency key>.<unix seconds>.<body>" (the key as sent in the idempotency header, the signing time as sent in the timestamp header, then the exact body bytes), the string Standard Webhooks signs. A signature read from one request verifies for no other key and no other time.
+	HMACPayloadKeyTimestampBody HMACPayload = "KeyTimestampBody"
+	// HMACPayloadBody signs the exact body bytes only (GitHub's X-Hub-Signature-256). Weaker: the same body gets the same signature under every key and at every time, so a receiver cannot tell a replay from the signature.
+	HMACPayloadBody HMACPayload = "Body"
+)
+
+// DefaultHMACTimestampHeader is the header that carries the signing time of a KeyTimestampBody signature when signing.hmac.timestampHeader is empty.
+const DefaultHMACTimestampHeader = "X-Signature-Timestamp"
+
+// HMACSigning is an HMAC (RFC 2104) sent in a header, over the key, the time and the body (payload KeyTimestampBody) or over the body only (payload Body).
+// A new signing.hmac must say what it signs (payload; the admission policy config/admission/hmac_payload_policy.yaml sets KeyTimestampBody when it is absent); one stored before the field existed keeps signing the body only (payload absent means Body) until payload is set, and payload cannot be removed again.
+// +kubebuilder:validation:XValidation:rule="has(self.payload) || (oldSelf.hasValue() && !has(oldSelf.value().payload))",message="signing.hmac.payload must be set: KeyTimestampBody (signs the idempotency key, a timestamp and the body; recommended) or Body (the body only, weaker: see docs/auth.md)",optionalOldSelf=true
+// +kubebuilder:validation:XValidation:rule="!has(self.payload) || self.payload != 'KeyTimestampBody' || (has(self.timestampHeader) ? self.timestampHeader : 'X-Signature-Timestamp').lowerAscii() != self.header.lowerAscii()",message="signing.hmac.timestampHeader (default X-Signature-Timestamp) may not be signing.hmac.header: choose two different headers"
 type HMACSigning struct {
 	// header is the request header that carries the signature, for example X-Hub-Signature-256. It must be an RFC 9110 token (section 5.6.2), not a hop-by-hop or framing header, not Authorization and not a webhook-* header.
 	// +required
@@ -235,6 +252,18 @@ type HMACSigning struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[!-~]*$`
 	Prefix string `json:"prefix,omitempty"`
+
+	// payload is what the signature covers. KeyTimestampBody: the HMAC of "<idempotency key>.<timestamp>.<body>", where the key is the value of the idempotency header (idempotency.header, default Idempotency-Key), the timestamp the signing time in Unix seconds (decimal) as sent in timestampHeader, and the body the exact bytes sent (empty for a request without one). Body: the HMAC of the body bytes only; weaker, since the same body gets the same signature under every key and at every time. A new signing.hmac gets KeyTimestampBody from the admission policy config/admission/hmac_payload_policy.yaml (Kubernetes 1.36+) and is refused without one where the policy is not installed; absent (a Destination stored before the field existed) means Body.
+	// +optional
+	Payload HMACPayload `json:"payload,omitempty"`
+
+	// timestampHeader is the request header that carries the signing time (Unix seconds, decimal) with payload KeyTimestampBody; X-Signature-Timestamp when empty. Not sent with payload Body. The same rules as for header apply, and it may not be header itself.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern="^[-0-9A-Za-z!#$%&'*+.^_`|~]+$"
+	// +kubebuilder:validation:XValidation:rule=`!(self.lowerAscii() in ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect', 'content-length', 'host', 'authorization', 'content-type']) && !self.lowerAscii().startsWith('proxy-') && !self.lowerAscii().startsWith('webhook-')`,message="signing.hmac.timestampHeader may not be a hop-by-hop or framing header, Authorization, Content-Type or a webhook-* header: choose a header of its own, such as X-Signature-Timestamp"
+	TimestampHeader string `json:"timestampHeader,omitempty"`
 }
 
 // IdempotencyConfig says how the idempotency key is sent and whether the destination honours it.
@@ -405,6 +434,7 @@ type Retention struct {
 // DestinationSpec is an endpoint catalog entry: where actions are sent and under which rules.
 // +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(self.tls.caBundle) || self.url.startsWith('https://')",message="tls.caBundle needs an https:// url"
 // +kubebuilder:validation:XValidation:rule="!has(self.signing) || !has(self.signing.hmac) || self.signing.hmac.header.lowerAscii() != ((has(self.idempotency) && has(self.idempotency.header)) ? self.idempotency.header.lowerAscii() : 'idempotency-key')",message="signing.hmac.header may not be the idempotency header (idempotency.header, default Idempotency-Key): the signature would replace the key; choose another header, such as X-Signature"
+// +kubebuilder:validation:XValidation:rule="!has(self.signing) || !has(self.signing.hmac) || !has(self.signing.hmac.payload) || self.signing.hmac.payload != 'KeyTimestampBody' || (has(self.signing.hmac.timestampHeader) ? self.signing.hmac.timestampHeader : 'X-Signature-Timestamp').lowerAscii() != ((has(self.idempotency) && has(self.idempotency.header)) ? self.idempotency.header.lowerAscii() : 'idempotency-key')",message="signing.hmac.timestampHeader (default X-Signature-Timestamp) may not be the idempotency header (idempotency.header, default Idempotency-Key): the timestamp would replace the key; choose another header"
 // +kubebuilder:validation:XValidation:rule="!has(self.signing) || !has(self.signing.standardWebhooks) || !has(self.idempotency) || !has(self.idempotency.header) || !(self.idempotency.header.lowerAscii() in ['webhook-timestamp', 'webhook-signature'])",message="idempotency.header may not be webhook-timestamp or webhook-signature with signing.standardWebhooks: those carry the signature (webhook-id already carries the key); choose another header"
 type DestinationSpec struct {
 	// url is the base URL (http or https); each action's request.path is appended to it. Its path may not contain '.' or '..' segments (literal or percent-encoded as %2e), a backslash or %5C: the base path is the boundary that request paths stay under. The controller checks the joined, normalized URL again before each send and refuses one that leaves the base path (reason PathOutsideBase).
@@ -435,6 +465,13 @@ type DestinationSpec struct {
 	// signing signs every request with a key from a Secret (Standard Webhooks or a plain HMAC header).
 	// +optional
 	Signing *SigningConfig `json:"signing,omitempty"`
+
+	// serviceAccountName is the ServiceAccount of the Destination's namespace whose rights read the Secrets it names (auth, tls, signing), by impersonation: a Secret that ServiceAccount may not get is refused before anything is sent (reason SecretNotAllowed, the message naming the Secret and the ServiceAccount). When empty the manager's --default-service-account is used; without one the manager reads with its own rights, unless it runs with --require-service-account, which refuses the Destination. Not allowed on a ClusterDestination.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 
 	// idempotency says how the key is sent and whether the destination deduplicates on it.
 	// +optional
@@ -518,6 +555,7 @@ type DestinationList struct {
 // ClusterDestinationSpec is a DestinationSpec plus the namespaces allowed to use it.
 // The keyFormat rule is a transition rule (optionalOldSelf): a stored ClusterDestination whose keyFormat was accepted by an earlier, looser rule keeps working, and may be edited, as long as the keyFormat itself is left unchanged; a new or changed keyFormat must satisfy the rule.
 // +kubebuilder:validation:XValidation:rule=`(has(self.idempotency) && has(self.idempotency.keyFormat) && self.idempotency.keyFormat.size() > 0 ? (self.idempotency.keyFormat.matches('^[^{]*[{]namespace[}][^-a-z0-9{]') && self.idempotency.keyFormat.contains('{name}')) || (self.idempotency.keyFormat.matches('^[^{]*[{]name[}][^-a-z0-9.{]') && self.idempotency.keyFormat.contains('{namespace}')) : true) || (oldSelf.hasValue() && has(oldSelf.value().idempotency) && has(oldSelf.value().idempotency.keyFormat) && has(self.idempotency) && has(self.idempotency.keyFormat) && oldSelf.value().idempotency.keyFormat == self.idempotency.keyFormat)`,optionalOldSelf=true,fieldPath=".idempotency.keyFormat",message="keyFormat of a ClusterDestination must contain {namespace} and {name}, the first of the two preceded by text without '{' and followed by a character that cannot occur in it (after {namespace} not a-z, 0-9, '-' or '{', such as '/', '.' or ':'; after {name} not a-z, 0-9, '-', '.' or '{', such as '/' or ':'), for example {namespace}/{name}: every namespace may use it, and otherwise two tenants' actions can send the same key ({namespace}-{name} gives team-a-pay-1 for both team/a-pay-1 and team-a/pay-1)"
+// +kubebuilder:validation:XValidation:rule="!has(self.serviceAccountName)",message="serviceAccountName is for namespaced Destinations: a ClusterDestination reads its Secrets in the controller's namespace with the manager's rights; remove serviceAccountName"
 type ClusterDestinationSpec struct {
 	DestinationSpec `json:",inline"`
 

@@ -11,10 +11,12 @@ import (
 	"maps"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -26,6 +28,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/controller"
+	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
@@ -70,6 +73,12 @@ type Options struct {
 	// InsecureSkipVerifyAllowed lets namespaced Destinations turn TLS verification off (flag
 	// --insecure-skip-verify-allowed, default false); ClusterDestinations may always.
 	InsecureSkipVerifyAllowed bool
+	// DefaultServiceAccount is the ServiceAccount (a name, in the Destination's namespace) whose rights read the
+	// Secrets of a Destination without spec.serviceAccountName (flag --default-service-account; "" none).
+	DefaultServiceAccount string
+	// RequireServiceAccount refuses a Destination whose Secrets would be read with the manager's own rights (no
+	// spec.serviceAccountName, no DefaultServiceAccount): flag --require-service-account, for multi-tenant installs.
+	RequireServiceAccount bool
 	// Holder overrides the claim holder identity (default: hostname + "_" + random nonce).
 	Holder string
 	// Clock overrides the clock (tests).
@@ -179,6 +188,11 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	if sa := o.DefaultServiceAccount; sa != "" {
+		if msgs := validation.IsDNS1123Subdomain(sa); len(msgs) > 0 {
+			return nil, fmt.Errorf("--default-service-account %q is not a ServiceAccount name: %s", sa, strings.Join(msgs, "; "))
+		}
+	}
 	// The tombstone index learns of every (re)list of the ExternalAction informer through its ListerWatcher.
 	// A shard does without it: its informer sees only its own shard's deletions, so it cannot prove that a key
 	// deleted in another shard left no tombstone; tombstones are global and every first send reads one live.
@@ -220,6 +234,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles, MaxInFlight: o.MaxInFlight, ShutdownGrace: shutdownGrace(o),
 		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed, AllEvents: o.AllEvents, SkipNameValidation: o.SkipNameValidation,
 		Tombstones: tombstones, TombstoneStore: store, Tokens: tokens, Shards: shards,
+		Tenants: &destination.TenantSecrets{Config: cfg, Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+			DefaultServiceAccount: o.DefaultServiceAccount, Required: o.RequireServiceAccount},
 	}
 	if err := addControllers(mgr, o, opts, clk, exec, policy); err != nil {
 		return nil, err
@@ -327,7 +343,7 @@ func addControllers(mgr ctrl.Manager, o Options, opts controller.Options, clk cl
 		if err := (&controller.DestinationReconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ControllerNamespace: o.ControllerNamespace,
 			Exprs: expr.NewCache(64), Egress: policy, Cluster: cluster, InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed,
-			SkipNameValidation: o.SkipNameValidation, Tokens: opts.Tokens,
+			SkipNameValidation: o.SkipNameValidation, Tokens: opts.Tokens, Tenants: opts.Tenants,
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the destination validator: %w", err)
 		}

@@ -43,8 +43,11 @@ type Resolver interface {
 // depend on it: they validate again when they send, and the executor checks every dial.
 type DestinationReconciler struct {
 	client.Client
-	// APIReader reads Secrets directly from the API server (they are not cached).
+	// APIReader reads Secrets directly from the API server (they are not cached), with the manager's rights.
 	APIReader client.Reader
+	// Tenants reads a namespaced Destination's Secrets with the rights of its ServiceAccount, as the senders do
+	// (nil: with APIReader).
+	Tenants *destination.TenantSecrets
 	// ControllerNamespace is where ClusterDestinations read Secrets.
 	ControllerNamespace string
 	// Exprs compiles CEL expressions.
@@ -195,7 +198,7 @@ func (r *DestinationReconciler) validateRest(ctx context.Context, spec *actionsv
 			}
 		}
 	}
-	return destination.CheckSecrets(ctx, r.APIReader, spec, secretNS, owner)
+	return destination.CheckSecrets(ctx, r.Tenants, r.APIReader, r.Cluster, spec, secretNS, owner)
 }
 
 func sameCondition(conds []metav1.Condition, c metav1.Condition) bool {

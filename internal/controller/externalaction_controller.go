@@ -121,6 +121,9 @@ type Options struct {
 	// Shards divides each destination's limits among the shards that use it (--watch-label-selector); nil
 	// without sharding: every limit is this manager's alone.
 	Shards *shard.Membership
+	// Tenants reads a namespaced Destination's Secrets with the rights of a ServiceAccount of its namespace
+	// (--default-service-account, --require-service-account); nil: with the manager's (APIReader).
+	Tenants *destination.TenantSecrets
 }
 
 // ExternalActionReconciler reconciles ExternalAction objects.
@@ -161,6 +164,7 @@ type parts struct {
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations/status;clusterdestinations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=actiontombstones,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=impersonate
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -299,7 +303,8 @@ func (r *ExternalActionReconciler) build() {
 			r.Limiter.Forget(destination.ID(xa), xa.Namespace+"/"+xa.Name)
 			p.subjects.ReleaseAfterWrite(xa)
 		}}
-	p.resolver = &destination.Resolver{Client: r.Client, Secrets: r.APIReader, ControllerNamespace: r.Options.ControllerNamespace,
+	p.resolver = &destination.Resolver{Client: r.Client, Secrets: r.APIReader, Tenants: r.Options.Tenants,
+		ControllerNamespace:       r.Options.ControllerNamespace,
 		InsecureSkipVerifyAllowed: r.Options.InsecureSkipVerifyAllowed, Shards: r.Options.Shards, Tokens: r.Options.Tokens,
 		Executor: r.Executor, Clock: r.Clock}
 	p.outputs = &outputs.Manager{Client: r.Client, APIReader: r.APIReader, Scheme: r.Scheme, Exprs: r.Exprs, Clock: r.Clock,

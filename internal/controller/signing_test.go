@@ -129,31 +129,43 @@ func TestStandardWebhooksSignedAttempts(t *testing.T) {
 	}
 }
 
-// signing.hmac: the destination recomputes prefix + hex(HMAC(key, body)) over the bytes it received, with
-// SHA-256 (GitHub's "sha256=" form) and SHA-512; a wrong key is refused.
+// signing.hmac: the destination recomputes prefix + hex(HMAC(key, payload)) over the bytes it received, with
+// SHA-256 (GitHub's "sha256=" form) and SHA-512; a wrong key is refused. With payload KeyTimestampBody the
+// signed string is "<Idempotency-Key>.<X-Signature-Timestamp>.<body>" (docs/auth.md), with Body the body.
 func TestHMACSignedAttempts(t *testing.T) {
 	const key = "hmac-key-7f3e9a1c"
 	env.StartManager(t, app.Options{})
 	ns := env.Namespace(t)
+	body, bound := actionsv1alpha1.HMACPayloadBody, actionsv1alpha1.HMACPayloadKeyTimestampBody
 	for _, tc := range []struct {
 		name, header, prefix string
+		payload              actionsv1alpha1.HMACPayload
 		algorithm            actionsv1alpha1.HMACAlgorithm
 		h                    func() hash.Hash
 		senderKey            string
 		want                 actionsv1alpha1.Phase
 	}{
-		{"github", "X-Hub-Signature-256", "sha256=", actionsv1alpha1.HMACSHA256, sha256.New, key, actionsv1alpha1.PhaseSucceeded},
-		{"sha512", "X-Signature", "", actionsv1alpha1.HMACSHA512, sha512.New, key, actionsv1alpha1.PhaseSucceeded},
-		{"wrong-key", "X-Hub-Signature-256", "sha256=", actionsv1alpha1.HMACSHA256, sha256.New, "not-the-key-1234", actionsv1alpha1.PhaseFailed},
+		{"github", "X-Hub-Signature-256", "sha256=", body, actionsv1alpha1.HMACSHA256, sha256.New, key, actionsv1alpha1.PhaseSucceeded},
+		{"sha512", "X-Signature", "", body, actionsv1alpha1.HMACSHA512, sha512.New, key, actionsv1alpha1.PhaseSucceeded},
+		{"wrong-key", "X-Hub-Signature-256", "sha256=", body, actionsv1alpha1.HMACSHA256, sha256.New, "not-the-key-1234", actionsv1alpha1.PhaseFailed},
+		{"key-timestamp-body", "X-Signature", "sha256=", bound, actionsv1alpha1.HMACSHA256, sha256.New, key, actionsv1alpha1.PhaseSucceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			url, got := verifyingServer(t, func(h http.Header, body []byte) bool {
 				m := hmac.New(tc.h, []byte(key))
+				if tc.payload == bound {
+					if h.Get("Idempotency-Key") != ns+"/"+tc.name || h.Get("X-Signature-Timestamp") == "" {
+						return false
+					}
+					m.Write([]byte(h.Get("Idempotency-Key") + "." + h.Get("X-Signature-Timestamp") + "."))
+				} else if h.Get("X-Signature-Timestamp") != "" {
+					return false
+				}
 				m.Write(body)
 				return hmac.Equal([]byte(h.Get(tc.header)), []byte(tc.prefix+hex.EncodeToString(m.Sum(nil))))
 			})
 			signingDestination(t, ns, tc.name, url, tc.senderKey, &actionsv1alpha1.SigningConfig{HMAC: &actionsv1alpha1.HMACSigning{
-				Header: tc.header, Prefix: tc.prefix, Algorithm: tc.algorithm,
+				Header: tc.header, Prefix: tc.prefix, Algorithm: tc.algorithm, Payload: tc.payload,
 				SecretRef: actionsv1alpha1.SecretKeySelector{Name: tc.name + "-signing", Key: "secret"}}})
 			env.Create(t, envtestutil.Action(ns, tc.name, tc.name, "/hook", `{"b":[1,2],"a":"x"}`))
 			xa := env.WaitPhase(t, ns, tc.name, tc.want, 30*time.Second)

@@ -68,7 +68,7 @@ func Reason(err error, fallback string) string {
 		return actionsv1alpha1.ReasonDestinationNotReady
 	}
 	switch {
-	case errors.Is(err, errSecretNotAllowed):
+	case errors.Is(err, errSecretNotAllowed), errors.Is(err, errServiceAccountRequired):
 		return actionsv1alpha1.ReasonSecretNotAllowed
 	case errors.Is(err, errNamespaceNotAllowed):
 		return actionsv1alpha1.ReasonNamespaceNotAllowed
@@ -150,8 +150,10 @@ type Resolved struct {
 	MaxInFlight  int
 	Retention    time.Duration
 	TombstoneTTL time.Duration
-	// secretNS is the only namespace whose Secrets LoadCredentials may read.
+	// secretNS is the only namespace whose Secrets LoadCredentials may read; cluster is true for a
+	// ClusterDestination.
 	secretNS string
+	cluster  bool
 	// ready is the destination's Ready condition as its validator wrote it (nil before the first validation),
 	// and generation its metadata.generation.
 	ready      *metav1.Condition
@@ -198,7 +200,7 @@ func (r *Resolver) Resolve(ctx context.Context, xa *actionsv1alpha1.ExternalActi
 		return nil, err
 	}
 	rd := withDefaults(id, spec)
-	rd.secretNS, rd.ready, rd.generation = secretNS, ready, generation
+	rd.secretNS, rd.cluster, rd.ready, rd.generation = secretNS, ref.Kind == KindClusterDestination, ready, generation
 	return rd, nil
 }
 
@@ -264,10 +266,14 @@ func (rd *Resolved) NotReady() error {
 
 // LoadCredentials reads the Secrets that rd names (auth headers and TLS material) into rd. It is called
 // only right before a request is sent: resolution alone never reads a Secret. A Destination reads Secrets
-// only in its own namespace; a ClusterDestination only in the controller's.
+// only in its own namespace, with the rights r.Tenants gives it (a ServiceAccount of that namespace); a
+// ClusterDestination only in the controller's, with the manager's.
 func (r *Resolver) LoadCredentials(ctx context.Context, rd *Resolved) error {
-	sr := secretReader{reader: r.Secrets, ctx: ctx, allowed: rd.secretNS, owner: rd.ID}
-	var err error
+	reader, as, err := r.Tenants.secretsOf(r.Secrets, rd.cluster, rd.secretNS, rd.Spec, rd.ID)
+	if err != nil {
+		return err
+	}
+	sr := secretReader{reader: reader, ctx: ctx, allowed: rd.secretNS, owner: rd.ID, as: as}
 	var secrets []string
 	if rd.AuthHeader, secrets, err = sr.authHeader(rd.Spec.Auth); err != nil {
 		return err
@@ -451,6 +457,8 @@ type secretReader struct {
 	ctx     context.Context
 	allowed string
 	owner   string
+	// as is the ServiceAccount (of namespace allowed) whose rights reader has; "" the manager's.
+	as string
 }
 
 func (s secretReader) secret(name, namespace string) (*corev1.Secret, error) {
@@ -459,10 +467,17 @@ func (s secretReader) secret(name, namespace string) (*corev1.Secret, error) {
 			errSecretNotAllowed, s.owner, namespace, name, s.allowed)
 	}
 	sec := &corev1.Secret{}
-	if err := s.reader.Get(s.ctx, types.NamespacedName{Namespace: s.allowed, Name: name}, sec); err != nil {
+	err := s.reader.Get(s.ctx, types.NamespacedName{Namespace: s.allowed, Name: name}, sec)
+	switch {
+	case err == nil:
+		return sec, nil
+	case s.as != "" && apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("%w: ServiceAccount %s/%s may not get Secret %s/%s, which %s names (it reads its Secrets "+
+			"as that ServiceAccount); grant it get on that Secret (a Role and RoleBinding in %s) or name a Secret it may "+
+			"read; nothing is sent", errSecretNotAllowed, s.allowed, s.as, s.allowed, name, s.owner, s.allowed)
+	default:
 		return nil, fmt.Errorf("reading Secret %s/%s for %s: %w", s.allowed, name, s.owner, err)
 	}
-	return sec, nil
 }
 
 func (s secretReader) key(sel *actionsv1alpha1.SecretKeySelector) ([]byte, error) {
@@ -604,13 +619,27 @@ func (s secretReader) signer(sc *actionsv1alpha1.SigningConfig) (httpexec.Signer
 		if err := s.long(t, h.SecretRef.Name, h.SecretRef.Key); err != nil {
 			return nil, nil, err
 		}
-		sig, err := httpexec.NewHMAC(h.Header, string(h.Algorithm), h.Prefix, []byte(t))
+		sig, err := httpexec.NewHMAC(hmacOptions(h), []byte(t))
 		if err != nil {
 			return nil, nil, fmt.Errorf("signing.hmac of %s: %w", s.owner, err)
 		}
 		return sig, []string{string(v), t}, nil
 	}
 	return nil, nil, nil
+}
+
+// hmacOptions maps spec.signing.hmac to the signer's options: payload KeyTimestampBody sends the signing time in
+// timestampHeader (DefaultHMACTimestampHeader when empty); Body, or no payload (a Destination stored before the
+// field existed), signs the body only.
+func hmacOptions(h *actionsv1alpha1.HMACSigning) httpexec.HMACOptions {
+	o := httpexec.HMACOptions{Header: h.Header, Algorithm: string(h.Algorithm), Prefix: h.Prefix}
+	if h.Payload == actionsv1alpha1.HMACPayloadKeyTimestampBody {
+		o.TimestampHeader = h.TimestampHeader
+		if o.TimestampHeader == "" {
+			o.TimestampHeader = actionsv1alpha1.DefaultHMACTimestampHeader
+		}
+	}
+	return o
 }
 
 // errShortSecret marks a Secret value too short to be redacted safely (redact.MinSecretLength).
@@ -675,11 +704,17 @@ func LimiterReason(r limiter.Reason) string {
 	}
 }
 
-// CheckSecrets reads every Secret that spec names from reader, as LoadCredentials would, and returns the first
-// problem (missing, outside secretNS, too short, unusable); owner names the destination in messages. Used by the
-// destination validator: the values are read and dropped.
-func CheckSecrets(ctx context.Context, reader client.Reader, spec *actionsv1alpha1.DestinationSpec, secretNS, owner string) error {
-	sr := secretReader{reader: reader, ctx: ctx, allowed: secretNS, owner: owner}
+// CheckSecrets reads every Secret that spec names, as LoadCredentials would (with the rights tenants gives the
+// destination: cluster for a ClusterDestination; nil tenants reads with manager), and returns the first problem
+// (missing, outside secretNS, not readable by its ServiceAccount, too short, unusable); owner names the
+// destination in messages. Used by the destination validator: the values are read and dropped.
+func CheckSecrets(ctx context.Context, tenants *TenantSecrets, manager client.Reader, cluster bool,
+	spec *actionsv1alpha1.DestinationSpec, secretNS, owner string) error {
+	reader, as, err := tenants.secretsOf(manager, cluster, secretNS, spec, owner)
+	if err != nil {
+		return err
+	}
+	sr := secretReader{reader: reader, ctx: ctx, allowed: secretNS, owner: owner, as: as}
 	if _, _, err := sr.authHeader(spec.Auth); err != nil {
 		return err
 	}

@@ -27,8 +27,12 @@ import (
 type Resolver struct {
 	// Client reads Destinations, ClusterDestinations and Namespace metadata (the manager's cache).
 	Client client.Reader
-	// Secrets reads the Secrets a destination names, live from the API server (the manager's APIReader).
+	// Secrets reads the Secrets a destination names, live from the API server (the manager's APIReader), when
+	// Tenants is nil.
 	Secrets client.Reader
+	// Tenants chooses whose rights read a destination's Secrets (a namespaced Destination's: a ServiceAccount
+	// of its namespace, by impersonation); nil reads every destination's with Secrets.
+	Tenants *TenantSecrets
 	// ControllerNamespace is where ClusterDestinations read their Secrets.
 	ControllerNamespace string
 	// InsecureSkipVerifyAllowed lets namespaced Destinations turn TLS verification off.

@@ -54,31 +54,50 @@ func (s *StandardWebhooks) Sign(h http.Header, id string, body []byte, now time.
 	return nil
 }
 
-// HMAC puts prefix + lower-case hex(HMAC(key, body)) (RFC 2104, over the exact body bytes sent; an empty
-// body for a request without one) into one header, as GitHub's X-Hub-Signature-256 ("sha256=<hex>") does.
+// HMAC puts prefix + lower-case hex(HMAC(key, payload)) (RFC 2104) into one header. With KeyAndTime the payload
+// is id + "." + unix seconds + "." + body, the string Standard Webhooks signs (https://www.standardwebhooks.com,
+// "Signature scheme"), and the unix seconds (decimal) go into the timestamp header, so that a signature binds
+// the idempotency key and the signing time as well as the body; without it the payload is the body only, as
+// GitHub's X-Hub-Signature-256 ("sha256=<hex>") is. The body is the exact bytes sent, empty for a request
+// without one.
 type HMAC struct {
 	header, prefix string
-	key            []byte
-	hash           func() hash.Hash
+	// timestampHeader is where the signing time goes; "" signs the body only.
+	timestampHeader string
+	key             []byte
+	hash            func() hash.Hash
 }
 
-// NewHMAC returns an HMAC signer; algorithm is "sha256" (also for "") or "sha512".
-func NewHMAC(header, algorithm, prefix string, key []byte) (*HMAC, error) {
-	s := &HMAC{header: header, prefix: prefix, key: append([]byte(nil), key...)}
-	switch algorithm {
+// HMACOptions shapes an HMAC signer. Header is the signature's header; Algorithm "sha256" (also for "") or
+// "sha512"; Prefix goes before the hex digest; TimestampHeader, when not empty, selects the key-and-time payload
+// and is the header of the signing time (empty: the body only, the weaker form).
+type HMACOptions struct {
+	Header, Algorithm, Prefix, TimestampHeader string
+}
+
+// NewHMAC returns an HMAC signer with key (copied) as the HMAC key.
+func NewHMAC(o HMACOptions, key []byte) (*HMAC, error) {
+	s := &HMAC{header: o.Header, prefix: o.Prefix, timestampHeader: o.TimestampHeader, key: append([]byte(nil), key...)}
+	switch o.Algorithm {
 	case "", "sha256":
 		s.hash = sha256.New
 	case "sha512":
 		s.hash = sha512.New
 	default:
-		return nil, fmt.Errorf("unknown HMAC algorithm %q: use sha256 or sha512", algorithm)
+		return nil, fmt.Errorf("unknown HMAC algorithm %q: use sha256 or sha512", o.Algorithm)
 	}
 	return s, nil
 }
 
-// Sign sets the signature header; id and now are not part of the signature.
-func (s *HMAC) Sign(h http.Header, _ string, body []byte, _ time.Time) error {
+// Sign sets the signature header, and with the key-and-time payload the timestamp header (now in Unix
+// seconds); id is the idempotency key as sent.
+func (s *HMAC) Sign(h http.Header, id string, body []byte, now time.Time) error {
 	m := hmac.New(s.hash, s.key)
+	if s.timestampHeader != "" {
+		ts := strconv.FormatInt(now.Unix(), 10)
+		_, _ = m.Write([]byte(id + "." + ts + "."))
+		h.Set(s.timestampHeader, ts)
+	}
 	_, _ = m.Write(body)
 	h.Set(s.header, s.prefix+hex.EncodeToString(m.Sum(nil)))
 	return nil

@@ -483,3 +483,18 @@ func TestClusterDestinationKeysOfTwoTenantsCannotCollide(t *testing.T) {
 		})
 	}
 }
+
+// Row 1 of issue 23: a Destination may name the ServiceAccount of its namespace whose rights read its Secrets;
+// a ClusterDestination may not (it reads with the manager's rights, in the controller's namespace).
+func TestServiceAccountName(t *testing.T) {
+	ns := env.Namespace(t)
+	withSA := func(name string) func(*actionsv1alpha1.DestinationSpec) {
+		return func(s *actionsv1alpha1.DestinationSpec) { s.ServiceAccountName = name }
+	}
+	run(t, []admissionCase{
+		{"Destination with a ServiceAccount", destination(ns, withSA("actionledger-sender")), ""},
+		{"Destination with a ServiceAccount that is not a name", destination(ns, withSA("Sender_1")), "spec.serviceAccountName"},
+		{"ClusterDestination with a ServiceAccount", clusterDestination(withSA("actionledger-sender")),
+			"serviceAccountName is for namespaced Destinations"},
+	})
+}

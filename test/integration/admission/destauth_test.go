@@ -29,6 +29,10 @@ const (
 	hmacIdem        = "signing.hmac.header may not be the idempotency header"
 	stdIdem         = "idempotency.header may not be webhook-timestamp or webhook-signature with signing.standardWebhooks"
 	hmacHeader      = "signing.hmac.header may not be a hop-by-hop or framing header, Authorization, Content-Type or a webhook-* header"
+	hmacPayload     = "signing.hmac.payload must be set: KeyTimestampBody"
+	hmacTSHeader    = "signing.hmac.timestampHeader may not be a hop-by-hop or framing header"
+	hmacTSSame      = "signing.hmac.timestampHeader (default X-Signature-Timestamp) may not be signing.hmac.header"
+	hmacTSIdem      = "signing.hmac.timestampHeader (default X-Signature-Timestamp) may not be the idempotency header"
 )
 
 func oauth2(mutate func(*actionsv1alpha1.OAuth2ClientCredentials)) *actionsv1alpha1.OAuth2ClientCredentials {
@@ -121,7 +125,8 @@ func TestSigningAdmission(t *testing.T) {
 		return destination(ns, func(s *actionsv1alpha1.DestinationSpec) { s.Signing = sc })
 	}
 	withHMAC := func(mutate func(*actionsv1alpha1.HMACSigning)) client.Object {
-		h := &actionsv1alpha1.HMACSigning{Header: "X-Hub-Signature-256", SecretRef: sel, Prefix: "sha256="}
+		h := &actionsv1alpha1.HMACSigning{Header: "X-Hub-Signature-256", SecretRef: sel, Prefix: "sha256=",
+			Payload: actionsv1alpha1.HMACPayloadKeyTimestampBody}
 		if mutate != nil {
 			mutate(h)
 		}
@@ -138,7 +143,7 @@ func TestSigningAdmission(t *testing.T) {
 		{"hmac sha256 with prefix", withHMAC(nil), ""},
 		{"hmac sha512", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Algorithm = actionsv1alpha1.HMACSHA512; h.Prefix = "" }), ""},
 		{"both kinds", withSigning(&actionsv1alpha1.SigningConfig{StandardWebhooks: std,
-			HMAC: &actionsv1alpha1.HMACSigning{Header: "X-Signature", SecretRef: sel}}), signingOne},
+			HMAC: &actionsv1alpha1.HMACSigning{Header: "X-Signature", SecretRef: sel, Payload: actionsv1alpha1.HMACPayloadBody}}), signingOne},
 		{"no kind", withSigning(&actionsv1alpha1.SigningConfig{}), signingOne},
 		{"hmac header Authorization", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Header = "Authorization" }), hmacHeader},
 		{"hmac header webhook-signature", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Header = "Webhook-Signature" }), hmacHeader},
@@ -149,11 +154,13 @@ func TestSigningAdmission(t *testing.T) {
 		{"hmac header is the default idempotency header", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Header = "idempotency-key" }), hmacIdem},
 		{"hmac header is the idempotency header", destination(ns, func(s *actionsv1alpha1.DestinationSpec) {
 			s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Header: "X-Request-Key"}
-			s.Signing = &actionsv1alpha1.SigningConfig{HMAC: &actionsv1alpha1.HMACSigning{Header: "x-request-key", SecretRef: sel}}
+			s.Signing = &actionsv1alpha1.SigningConfig{HMAC: &actionsv1alpha1.HMACSigning{Header: "x-request-key", SecretRef: sel,
+				Payload: actionsv1alpha1.HMACPayloadBody}}
 		}), hmacIdem},
 		{"hmac header Idempotency-Key with another idempotency header", destination(ns, func(s *actionsv1alpha1.DestinationSpec) {
 			s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Header: "X-Request-Key"}
-			s.Signing = &actionsv1alpha1.SigningConfig{HMAC: &actionsv1alpha1.HMACSigning{Header: "Idempotency-Key", SecretRef: sel}}
+			s.Signing = &actionsv1alpha1.SigningConfig{HMAC: &actionsv1alpha1.HMACSigning{Header: "Idempotency-Key", SecretRef: sel,
+				Payload: actionsv1alpha1.HMACPayloadKeyTimestampBody}}
 		}), ""},
 		{"standardWebhooks with idempotency header webhook-signature", destination(ns, func(s *actionsv1alpha1.DestinationSpec) {
 			s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Header: "Webhook-Signature"}
@@ -164,6 +171,24 @@ func TestSigningAdmission(t *testing.T) {
 			s.Signing = &actionsv1alpha1.SigningConfig{StandardWebhooks: std}
 		}), ""},
 		{"hmac prefix with a space", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Prefix = "sha256 =" }), "signing.hmac.prefix"},
+		// Row 7 of issue 23: a new signing.hmac says what it signs; the timestamp has a header of its own.
+		{"hmac without payload", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Payload = "" }), hmacPayload},
+		{"hmac payload Body", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Payload = actionsv1alpha1.HMACPayloadBody }), ""},
+		{"hmac payload Key", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Payload = "Key" }),
+			`supported values: "KeyTimestampBody", "Body"`},
+		{"hmac timestampHeader", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.TimestampHeader = "X-Hub-Timestamp" }), ""},
+		{"hmac timestampHeader Authorization", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.TimestampHeader = "authorization" }), hmacTSHeader},
+		{"hmac timestampHeader is the header", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.TimestampHeader = "x-hub-signature-256" }), hmacTSSame},
+		{"hmac header is the default timestampHeader", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.Header = actionsv1alpha1.DefaultHMACTimestampHeader }), hmacTSSame},
+		{"hmac header is the default timestampHeader with payload Body", withHMAC(func(h *actionsv1alpha1.HMACSigning) {
+			h.Header, h.Payload = actionsv1alpha1.DefaultHMACTimestampHeader, actionsv1alpha1.HMACPayloadBody
+		}), ""},
+		{"hmac timestampHeader is the default idempotency header", withHMAC(func(h *actionsv1alpha1.HMACSigning) { h.TimestampHeader = "Idempotency-Key" }), hmacTSIdem},
+		{"hmac default timestampHeader is the idempotency header", destination(ns, func(s *actionsv1alpha1.DestinationSpec) {
+			s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Header: "x-signature-timestamp"}
+			s.Signing = &actionsv1alpha1.SigningConfig{HMAC: &actionsv1alpha1.HMACSigning{Header: "X-Signature", SecretRef: sel,
+				Payload: actionsv1alpha1.HMACPayloadKeyTimestampBody}}
+		}), hmacTSIdem},
 	}
 	run(t, cases)
 }

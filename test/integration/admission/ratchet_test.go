@@ -205,3 +205,118 @@ func TestStoredClusterDestinationKeepsItsKeyFormat(t *testing.T) {
 		t.Fatalf("changing the keyFormat back to %s: err = %v, want the keyFormat refusal", ambiguous, err)
 	}
 }
+
+// Row 7 of issue 23: a Destination whose signing.hmac was stored before payload existed (it signs the body only)
+// keeps working after the rule that asks a new signing.hmac for a payload arrives: the rule passes while the
+// stored hmac has no payload, so status writes, metadata edits and edits of other hmac fields succeed. Setting
+// payload is accepted; removing it again is refused. The stored object reads back without a payload (no CRD
+// default fills it), so the controller keeps signing the body only, as its receiver verifies.
+func TestStoredHMACKeepsSigningTheBody(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	scheme := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	crds, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crdKey := client.ObjectKey{Name: "destinations.actions.actionledger.dev"}
+	// hmacSchema returns the schema of spec.signing.hmac in crd, and a function that puts a changed one back.
+	hmacSchema := func(crd *apiextensionsv1.CustomResourceDefinition) (apiextensionsv1.JSONSchemaProps, func(apiextensionsv1.JSONSchemaProps)) {
+		root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+		spec := root.Properties["spec"]
+		signing := spec.Properties["signing"]
+		return signing.Properties["hmac"], func(h apiextensionsv1.JSONSchemaProps) {
+			signing.Properties["hmac"] = h
+			spec.Properties["signing"] = signing
+			root.Properties["spec"] = spec
+		}
+	}
+	installed := &apiextensionsv1.CustomResourceDefinition{}
+	if err := crds.Get(ctx, crdKey, installed); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := hmacSchema(installed)
+	var payloadRule apiextensionsv1.ValidationRules
+	for _, r := range h.XValidations {
+		if strings.Contains(r.Message, hmacPayload) {
+			payloadRule = append(payloadRule, r)
+		}
+	}
+	if len(payloadRule) != 1 || payloadRule[0].OptionalOldSelf == nil || !*payloadRule[0].OptionalOldSelf {
+		t.Fatalf("the installed Destination CRD has %d payload rules on spec.signing.hmac, want one with optionalOldSelf", len(payloadRule))
+	}
+	setPayloadRule := func(on bool) {
+		t.Helper()
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := crds.Get(ctx, crdKey, crd); err != nil {
+			t.Fatal(err)
+		}
+		h, put := hmacSchema(crd)
+		rules := apiextensionsv1.ValidationRules{}
+		for _, r := range h.XValidations {
+			if !strings.Contains(r.Message, hmacPayload) {
+				rules = append(rules, r)
+			}
+		}
+		if on {
+			rules = append(rules, payloadRule...)
+		}
+		h.XValidations = rules
+		put(h)
+		if err := crds.Update(ctx, crd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bodyOnly := func() *actionsv1alpha1.Destination {
+		return destination(ns, func(s *actionsv1alpha1.DestinationSpec) {
+			s.Signing = &actionsv1alpha1.SigningConfig{HMAC: &actionsv1alpha1.HMACSigning{Header: "X-Hub-Signature-256",
+				Prefix: "sha256=", SecretRef: actionsv1alpha1.SecretKeySelector{Name: "sig", Key: "secret"}}}
+		})
+	}
+	accepted := func() bool { return env.Client.Create(ctx, bodyOnly(), client.DryRunAll) == nil }
+
+	// The "old" CRD: no payload rule. Store a signing.hmac without payload.
+	setPayloadRule(false)
+	t.Cleanup(func() { setPayloadRule(true) })
+	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the CRD without the payload rule to be served"), accepted)
+	old := bodyOnly()
+	env.Create(t, old)
+
+	setPayloadRule(true)
+	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the CRD with the payload rule to be served"),
+		func() bool { return !accepted() })
+
+	cur := &actionsv1alpha1.Destination{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(old), cur); err != nil {
+		t.Fatal(err)
+	}
+	if p := cur.Spec.Signing.HMAC.Payload; p != "" {
+		t.Fatalf("the stored signing.hmac reads back with payload %q, want none (the body only)", p)
+	}
+	meta.SetStatusCondition(&cur.Status.Conditions, metav1.Condition{
+		Type: actionsv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Valid", Message: "ratcheted",
+	})
+	if err := env.Client.Status().Update(ctx, cur); err != nil {
+		t.Fatalf("status write on a Destination stored before the payload rule: %v", err)
+	}
+	cur.Labels = map[string]string{"touched": "yes"}
+	if err := env.Client.Update(ctx, cur); err != nil {
+		t.Fatalf("metadata edit on a Destination stored before the payload rule: %v", err)
+	}
+	cur.Spec.Signing.HMAC.Prefix = "v1="
+	if err := env.Client.Update(ctx, cur); err != nil {
+		t.Fatalf("prefix edit on a signing.hmac stored without payload: %v", err)
+	}
+	cur.Spec.Signing.HMAC.Payload = actionsv1alpha1.HMACPayloadKeyTimestampBody
+	if err := env.Client.Update(ctx, cur); err != nil {
+		t.Fatalf("setting payload KeyTimestampBody: %v", err)
+	}
+	cur.Spec.Signing.HMAC.Payload = ""
+	err = env.Client.Update(ctx, cur)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), hmacPayload) {
+		t.Fatalf("removing payload again: err = %v, want the payload refusal", err)
+	}
+}

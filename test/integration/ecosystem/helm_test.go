@@ -303,8 +303,8 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 
 // The chart leaves the admission policies out on a cluster that does not serve them (before Kubernetes 1.36:
 // the install would fail on the unknown kind), and each one when its value is false: finalizerPolicy.enabled
-// (the manager then adds the finalizer itself) and requestedByPolicy.enabled (requested-by is then what the
-// creator wrote).
+// (the manager then adds the finalizer itself), requestedByPolicy.enabled (requested-by is then what the
+// creator wrote) and hmacPayloadPolicy.enabled (a new signing.hmac must then set its payload).
 func TestHelmChartFinalizerPolicyIsOptional(t *testing.T) {
 	count := func(objs []*unstructured.Unstructured, policy string) int {
 		n := 0
@@ -317,7 +317,8 @@ func TestHelmChartFinalizerPolicyIsOptional(t *testing.T) {
 	}
 	for _, c := range []struct {
 		policy, value string
-	}{{"externalaction-finalizer", "finalizerPolicy.enabled"}, {"externalaction-requested-by", "requestedByPolicy.enabled"}} {
+	}{{"externalaction-finalizer", "finalizerPolicy.enabled"}, {"externalaction-requested-by", "requestedByPolicy.enabled"},
+		{"destination-hmac-payload", "hmacPayloadPolicy.enabled"}} {
 		if n := count(helmTemplate(t, servesMAP), c.policy); n != 2 {
 			t.Errorf("a cluster serving MutatingAdmissionPolicy gets %d %s objects, want the policy and its binding", n, c.policy)
 		}

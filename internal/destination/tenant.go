@@ -1,0 +1,104 @@
+package destination
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/lru"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+)
+
+// TenantClientCacheSize bounds the impersonating clients kept (one per ServiceAccount, least recently used
+// dropped first); a dropped one is made again on its next use.
+const TenantClientCacheSize = 1024
+
+// errServiceAccountRequired marks a namespaced Destination that names no ServiceAccount while the manager
+// requires one (--require-service-account) and has no default (--default-service-account).
+var errServiceAccountRequired = errors.New("service account required")
+
+// TenantSecrets chooses whose rights read a destination's Secrets. A namespaced Destination's are read as a
+// ServiceAccount of its own namespace, by impersonation (user "system:serviceaccount:<namespace>:<name>", as
+// Flux's kustomize-controller applies as spec.serviceAccountName): its spec.serviceAccountName, else
+// DefaultServiceAccount. So a Secret is sent only if that ServiceAccount may get it, whoever wrote the
+// Destination. Without either, the manager's own rights read them (its APIReader), unless Required refuses
+// that. ClusterDestinations always read with the manager's rights, in the controller's namespace. Safe for
+// concurrent use; the zero value reads as the manager what names no ServiceAccount and refuses the rest.
+type TenantSecrets struct {
+	// Config is the manager's rest.Config; each impersonating client is a copy with Impersonate set. nil: no
+	// impersonation is possible, and a Destination that needs one is refused.
+	Config *rest.Config
+	// Scheme and Mapper serve the impersonating clients (the manager's), so that no client runs discovery.
+	Scheme *runtime.Scheme
+	Mapper meta.RESTMapper
+	// DefaultServiceAccount is the ServiceAccount (a name, in the Destination's namespace) for a Destination
+	// without spec.serviceAccountName; "" none (flag --default-service-account).
+	DefaultServiceAccount string
+	// Required refuses a namespaced Destination that ends up with no ServiceAccount, so that no tenant's Secret
+	// is ever read with the manager's rights (flag --require-service-account; multi-tenant installs).
+	Required bool
+
+	once    sync.Once
+	clients *lru.Cache // "<namespace>/<serviceaccount>" -> client.Reader
+}
+
+// ServiceAccount returns the ServiceAccount (a name, in the Destination's namespace) whose rights read the
+// Secrets of a Destination with spec.serviceAccountName named ("" none): named, else DefaultServiceAccount,
+// else "" (the manager's rights).
+func (t *TenantSecrets) ServiceAccount(named string) string {
+	if named != "" {
+		return named
+	}
+	return t.DefaultServiceAccount
+}
+
+// reader returns the reader of Secrets for a Destination of namespace ns whose Secrets are read as
+// ServiceAccount sa ("" the manager: manager), and an error (errServiceAccountRequired) when sa is "" and
+// Required. owner names the destination in the error.
+func (t *TenantSecrets) reader(manager client.Reader, ns, sa, owner string) (client.Reader, error) {
+	if sa == "" {
+		if t.Required {
+			return nil, fmt.Errorf("%w: %s names no spec.serviceAccountName and the manager has no default "+
+				"(--default-service-account), while it reads tenants' Secrets only as a ServiceAccount of their "+
+				"namespace (--require-service-account); set spec.serviceAccountName to a ServiceAccount of %s that may get "+
+				"the Secrets it names; nothing is sent", errServiceAccountRequired, owner, ns)
+		}
+		return manager, nil
+	}
+	if t.Config == nil {
+		return nil, fmt.Errorf("%w: %s reads its Secrets as ServiceAccount %s/%s, but this manager cannot impersonate "+
+			"(no rest.Config); nothing is sent", errServiceAccountRequired, owner, ns, sa)
+	}
+	t.once.Do(func() { t.clients = lru.New(TenantClientCacheSize) })
+	key := ns + "/" + sa
+	if c, ok := t.clients.Get(key); ok {
+		return c.(client.Reader), nil
+	}
+	cfg := rest.CopyConfig(t.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa}
+	c, err := client.New(cfg, client.Options{Scheme: t.Scheme, Mapper: t.Mapper})
+	if err != nil {
+		return nil, fmt.Errorf("making the client that acts as ServiceAccount %s/%s: %w", ns, sa, err)
+	}
+	t.clients.Add(key, c)
+	return c, nil
+}
+
+// secretsOf returns the reader of a destination's Secrets and the ServiceAccount it acts as ("" the manager):
+// cluster for a ClusterDestination (the manager's rights), else a Destination of namespace ns with spec (its
+// serviceAccountName, else DefaultServiceAccount). owner names the destination in errors. A nil t reads every
+// destination's with manager (no impersonation configured: tests, and callers that predate it).
+func (t *TenantSecrets) secretsOf(manager client.Reader, cluster bool, ns string, spec *actionsv1alpha1.DestinationSpec,
+	owner string) (client.Reader, string, error) {
+	if t == nil || cluster {
+		return manager, "", nil
+	}
+	sa := t.ServiceAccount(spec.ServiceAccountName)
+	r, err := t.reader(manager, ns, sa, owner)
+	return r, sa, err
+}

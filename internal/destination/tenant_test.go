@@ -1,0 +1,62 @@
+package destination
+
+import (
+	"errors"
+	"testing"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+)
+
+// Whose rights read a destination's Secrets: a ClusterDestination's and a Destination's without a ServiceAccount
+// the manager's (unless Required); a Destination's with spec.serviceAccountName or a default an impersonating
+// client, one per ServiceAccount; without a TenantSecrets everything the manager's.
+func TestTenantSecretsChoosesTheReader(t *testing.T) {
+	manager := fake.NewClientBuilder().Build()
+	cfg := &rest.Config{Host: "https://127.0.0.1:6443"}
+	named := &actionsv1alpha1.DestinationSpec{ServiceAccountName: "sender"}
+	none := &actionsv1alpha1.DestinationSpec{}
+	for _, tc := range []struct {
+		name     string
+		t        *TenantSecrets
+		cluster  bool
+		spec     *actionsv1alpha1.DestinationSpec
+		wantSA   string
+		manager  bool
+		required bool
+	}{
+		{"no tenants", nil, false, named, "", true, false},
+		{"cluster destination", &TenantSecrets{Config: cfg, Required: true}, true, none, "", true, false},
+		{"named", &TenantSecrets{Config: cfg}, false, named, "sender", false, false},
+		{"named wins over the default", &TenantSecrets{Config: cfg, DefaultServiceAccount: "dflt"}, false, named, "sender", false, false},
+		{"default", &TenantSecrets{Config: cfg, DefaultServiceAccount: "dflt"}, false, none, "dflt", false, false},
+		{"none, not required", &TenantSecrets{Config: cfg}, false, none, "", true, false},
+		{"none, required", &TenantSecrets{Config: cfg, Required: true}, false, none, "", false, true},
+		{"named without a config", &TenantSecrets{}, false, named, "", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, sa, err := tc.t.secretsOf(manager, tc.cluster, "team-a", tc.spec, "Destination/team-a/d")
+			if tc.required {
+				if !errors.Is(err, errServiceAccountRequired) || Reason(err, "") != actionsv1alpha1.ReasonSecretNotAllowed {
+					t.Fatalf("err = %v, want errServiceAccountRequired (SecretNotAllowed)", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sa != tc.wantSA || (r == client.Reader(manager)) != tc.manager {
+				t.Errorf("ServiceAccount %q, manager's reader %v; want %q, %v", sa, r == client.Reader(manager), tc.wantSA, tc.manager)
+			}
+			if sa != "" {
+				again, _, _ := tc.t.secretsOf(manager, tc.cluster, "team-a", tc.spec, "Destination/team-a/d")
+				if again != r {
+					t.Error("a second read as the same ServiceAccount made a new client")
+				}
+			}
+		})
+	}
+}
