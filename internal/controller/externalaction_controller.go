@@ -212,10 +212,13 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	return r.reconcileActive(ctx, xa)
 }
 
-// forget drops what this manager holds for an object that is gone: its pending outcome, its output values
-// (not while its send is out: the values are held before the outcome reaches the mailbox) and its subject wait.
+// forget drops what this manager holds for an object that is gone (deleted, or relabeled out of this shard):
+// its pending outcome, its output values (not while its send is out: the values are held before the outcome
+// reaches the mailbox), its subject wait and its place in the rate limiter's queue (at once, so that the keys
+// behind it do not wait for its grace to end).
 func (r *ExternalActionReconciler) forget(nn types.NamespacedName) {
 	r.parts.mailbox.drop(nn)
+	r.Limiter.ForgetKey(nn.Namespace + "/" + nn.Name)
 	if !r.Dispatcher.Holds(nn) {
 		r.parts.outputs.Forget(nn)
 	}
