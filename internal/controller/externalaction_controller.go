@@ -151,6 +151,7 @@ type parts struct {
 	outputs  *outputs.Manager
 	subjects *subject.Lock
 	store    tombstone.Store
+	health   *storeHealth
 	mailbox  *mailbox
 }
 
@@ -295,7 +296,7 @@ func (r *ExternalActionReconciler) build() {
 	if d, ok := r.Dispatcher.(*InlineDispatcher); ok && d.Deliver == nil {
 		d.Deliver = func(c dispatch.Completion[*send.Result]) { r.receive(c) }
 	}
-	p := &parts{mailbox: newMailbox()}
+	p := &parts{mailbox: newMailbox(), health: &storeHealth{}}
 	p.subjects = &subject.Lock{Client: r.Client, APIReader: r.APIReader, Clock: r.Clock}
 	p.writer = &status.Writer{Client: r.Client, Reader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock,
 		AllEvents: r.Options.AllEvents, DestinationID: destination.ID, Finished: func(xa *actionsv1alpha1.ExternalAction) {
