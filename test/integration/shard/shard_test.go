@@ -219,8 +219,9 @@ func TestUnshardedManagerWritesNoMemberLease(t *testing.T) {
 
 // Relabeling the next 5 Pending actions of shard1 to shard2, while both shards work through a backlog on one
 // Destination with rateLimit 5/s, burst 1, pauses neither shard: the moved keys give their places in shard1's
-// queue up at once (not when their grace ends, 2 s later), so every second after the move still sees about
-// the whole rate, and no second sees more than burst + rate (one limit across shards).
+// queue up at once (not when their grace ends, 2 s later), so the 2 s after the move still see about the whole
+// rate, and no second sees more than burst + rate (one limit across shards). The busiest and emptiest seconds
+// are logged.
 func TestShardMoveReleasesItsPlace(t *testing.T) {
 	const (
 		rate, burst = 5, 1
@@ -285,13 +286,21 @@ func TestShardMoveReleasesItsPlace(t *testing.T) {
 			emptiest, from = got, w
 		}
 	}
-	t.Logf("%d requests; busiest second %d from %s (bound %d); emptiest second after the move %d from %s",
-		len(at), worst, start.Format(time.RFC3339Nano), burst+rate, emptiest, from.Format(time.RFC3339Nano))
+	two := between(at, movedAt, movedAt.Add(2*time.Second))
+	t.Logf("%d requests; busiest second %d from %s (bound %d); emptiest second after the move %d from %s; %d in the 2 s after it",
+		len(at), worst, start.Format(time.RFC3339Nano), burst+rate, emptiest, from.Format(time.RFC3339Nano), two)
 	if worst > burst+rate {
 		t.Errorf("%d requests in the second from %s, want <= burst+rate = %d", worst, start.Format(time.RFC3339Nano), burst+rate)
 	}
-	if bound := rate - 2; emptiest < bound {
-		t.Errorf("%d requests in the second from %s after the move, want >= %d: a shard paused", emptiest,
+	// Measured on 2 shared cores: with the place released at once 10 requests in the 2 s after the move (the
+	// emptiest second 3 to 4); with the moved keys holding their places until their grace ends, 5 to 6 (the
+	// emptiest second 2: only the other shard's half of the rate).
+	if bound := 2*rate - 2; two < bound {
+		t.Errorf("%d requests in the 2 s after the move, want >= %d: a shard paused (emptiest second %d from %s)", two, bound,
+			emptiest, from.Format(time.RFC3339Nano))
+	}
+	if bound := rate / 2; emptiest < bound {
+		t.Errorf("%d requests in the second from %s after the move, want >= %d: both shards paused", emptiest,
 			from.Format(time.RFC3339Nano), bound)
 	}
 }
