@@ -362,7 +362,11 @@ func newTokenError(err error) *tokenError {
 				msg += fmt.Sprintf(" (%q)", cut(rerr.ErrorDescription, 160))
 			}
 		}
-		msg += "; the client credential or the token endpoint needs fixing"
+		if code >= http.StatusInternalServerError || code == http.StatusTooManyRequests {
+			msg += "; the token endpoint is down or limiting requests (retried within the retry policy)"
+		} else {
+			msg += "; the client credential or the token endpoint needs fixing"
+		}
 	default:
 		msg += errorText(err)
 	}

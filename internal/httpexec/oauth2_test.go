@@ -178,8 +178,9 @@ func TestTokenEndpointRefusal(t *testing.T) {
 	}
 
 	ts.status.Store(http.StatusServiceUnavailable)
-	if _, err := c.Token(context.Background(), "d", ts.creds()); !errors.Is(err, ErrTokenUnavailable) || !strings.Contains(err.Error(), "HTTP 503") {
-		t.Errorf("err = %v, want ErrTokenUnavailable with HTTP 503", err)
+	if _, err := c.Token(context.Background(), "d", ts.creds()); !errors.Is(err, ErrTokenUnavailable) || !strings.Contains(err.Error(), "HTTP 503") ||
+		!strings.Contains(err.Error(), "down or limiting") {
+		t.Errorf("err = %v, want ErrTokenUnavailable with HTTP 503, saying the endpoint is down", err)
 	}
 	ts.Close()
 	if _, err := c.Token(context.Background(), "d", ts.creds()); !errors.Is(err, ErrTokenUnavailable) {
