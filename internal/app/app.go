@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -111,6 +112,10 @@ type Options struct {
 	ShardNamespace string
 	// ShardInterval and ShardLeaseDuration override shard.DefaultInterval and shard.DefaultLeaseDuration (tests).
 	ShardInterval, ShardLeaseDuration time.Duration
+	// Logger is the manager's logger: its controllers (with every reconcile's log and controller-runtime's
+	// "Reconciler error") and the PostgreSQL tombstone store log through it. Zero: ctrl.Log, as cmd/main.go
+	// sets it up (tests pass one to read a manager's log).
+	Logger logr.Logger
 }
 
 // DefaultLeaderElectionID is the leader-election Lease name of a manager without --watch-label-selector.
@@ -275,6 +280,7 @@ func newManager(cfg *rest.Config, o Options, watchSelector labels.Selector, leID
 		LeaderElectionID:              leID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		Logger:                        o.Logger,
 		Cache: cache.Options{
 			// Keep managedFields out of the cache: they are most of an object's size and never read.
 			DefaultTransform: cache.TransformStripManagedFields(),

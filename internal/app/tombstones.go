@@ -44,6 +44,9 @@ func newTombstoneStore(mgr ctrl.Manager, o Options, index *objects.Index, clk cl
 	}
 	if po.Log.GetSink() == nil {
 		po.Log = ctrl.Log.WithName("tombstones")
+		if o.Logger.GetSink() != nil {
+			po.Log = o.Logger.WithName("tombstones")
+		}
 	}
 	pg, err := postgres.New(dsn, po)
 	if err != nil {

@@ -154,6 +154,7 @@ type parts struct {
 	outputs  *outputs.Manager
 	subjects *subject.Lock
 	store    tombstone.Store
+	health   *storeHealth
 	mailbox  *mailbox
 }
 
@@ -216,10 +217,13 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	return r.reconcileActive(ctx, xa)
 }
 
-// forget drops what this manager holds for an object that is gone: its pending outcome, its output values
-// (not while its send is out: the values are held before the outcome reaches the mailbox) and its subject wait.
+// forget drops what this manager holds for an object that is gone (deleted, or relabeled out of this shard):
+// its pending outcome, its output values (not while its send is out: the values are held before the outcome
+// reaches the mailbox), its subject wait and its place in the rate limiter's queue (at once, so that the keys
+// behind it do not wait for its grace to end).
 func (r *ExternalActionReconciler) forget(nn types.NamespacedName) {
 	r.parts.mailbox.drop(nn)
+	r.Limiter.ForgetKey(nn.Namespace + "/" + nn.Name)
 	if !r.Dispatcher.Holds(nn) {
 		r.parts.outputs.Forget(nn)
 	}
@@ -296,7 +300,7 @@ func (r *ExternalActionReconciler) build() {
 	if d, ok := r.Dispatcher.(*InlineDispatcher); ok && d.Deliver == nil {
 		d.Deliver = func(c dispatch.Completion[*send.Result]) { r.receive(c) }
 	}
-	p := &parts{mailbox: newMailbox()}
+	p := &parts{mailbox: newMailbox(), health: &storeHealth{}}
 	p.subjects = &subject.Lock{Client: r.Client, APIReader: r.APIReader, Clock: r.Clock}
 	p.writer = &status.Writer{Client: r.Client, Reader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock,
 		AllEvents: r.Options.AllEvents, DestinationID: destination.ID, Finished: func(xa *actionsv1alpha1.ExternalAction) {

@@ -264,6 +264,9 @@ func TestOAuth2TokenEndpointDownSendsNothing(t *testing.T) {
 	if api.requests.Load() != 0 {
 		t.Fatalf("the destination got %d requests while no token could be had, want 0", api.requests.Load())
 	}
+	if n := te.requests.Load(); n != 2 {
+		t.Errorf("%d token requests for 2 attempts, want one per attempt (a 503 says nothing about the client authentication)", n)
+	}
 	te.down.Store(false)
 	env.Create(t, envtestutil.Action(ns, "later", "orders", "/orders", `{"amount":100}`))
 	env.WaitPhase(t, ns, "later", actionsv1alpha1.PhaseSucceeded, 30*time.Second)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,9 +43,8 @@ func (r *ExternalActionReconciler) checkTombstone(ctx context.Context, xa *actio
 	env ledger.Env) (ledger.Step, bool, error) {
 	store := r.parts.store
 	rec, err := store.Lookup(ctx, xa)
-	metrics.TombstoneStoreResult(store.Name(), "lookup", err)
-	if err != nil {
-		return ledger.Step{}, false, &errTombstoneStore{store: store.Name(), err: err}
+	if err := r.storeResult(ctx, xa, "lookup", err); err != nil {
+		return ledger.Step{}, false, err
 	}
 	if rec == nil {
 		return ledger.Step{}, false, nil
@@ -91,15 +91,14 @@ func (r *ExternalActionReconciler) waitOnTombstoneStore(ctx context.Context, xa 
 		c.Reason == actionsv1alpha1.ReasonTombstoneStoreUnavailable {
 		waited = env.Now.Sub(c.LastTransitionTime.Time)
 	}
-	after := min(max(waited/2, tombstoneRecheckMin), tombstoneRecheckMax)
-	after = after/2 + time.Duration(env.Rand()*float64(after))
+	after := storeRecheck(waited, env.Rand)
 	msg := fmt.Sprintf("the tombstone store (%s) did not answer whether this key was used before; nothing is sent "+
 		"until it does (manager log, metric actionledger_tombstone_store_up)", err.store)
 	step := ledger.Delayed(&xa.Status, actionsv1alpha1.ReasonTombstoneStoreUnavailable, msg, env.Now.Add(after), env)
 	logger := log.FromContext(ctx)
 	if step.Status != nil {
 		step.Event = &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonTombstoneStoreUnavailable, Message: msg}
-		logger.Info("tombstone lookup not answered; the first send waits", "store", err.store, "err", err.err.Error())
+		logger.V(1).Info("tombstone lookup not answered; the first send waits", "store", err.store, "err", err.err.Error())
 	} else {
 		logger.V(1).Info("tombstone lookup still not answered", "store", err.store, "err", err.err.Error(), "recheckIn", after)
 	}
@@ -143,10 +142,26 @@ func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actio
 		// The response as status held it: already redacted and bounded (status.Bound), so a replay gets it back.
 		rec.Spec.StatusCode, rec.Spec.Response = st.Response.StatusCode, st.Response.DeepCopy()
 	}
-	store := r.parts.store
-	err := store.Write(ctx, rec, xa.UID)
-	metrics.TombstoneStoreResult(store.Name(), "write", err)
-	return err
+	return r.storeResult(ctx, xa, "write", r.parts.store.Write(ctx, rec, xa.UID))
+}
+
+// storeResult records the answer of the tombstone store's op ("lookup" or "write") for xa in the metrics and the
+// store's health (two log lines per outage), and returns a failure as an *errTombstoneStore.
+func (r *ExternalActionReconciler) storeResult(ctx context.Context, xa *actionsv1alpha1.ExternalAction, op string, err error) error {
+	store := r.parts.store.Name()
+	metrics.TombstoneStoreResult(store, op, err)
+	if err != nil {
+		r.parts.health.failed(ctx, store, client.ObjectKeyFromObject(xa), err, r.Clock.Now())
+		return &errTombstoneStore{store: store, err: err}
+	}
+	r.parts.health.answered(ctx, store, r.Clock.Now())
+	return nil
+}
+
+// namespaceTerminating reports whether err is the API server's refusal to create in a terminating namespace.
+func namespaceTerminating(err error) bool {
+	var s *apierrors.StatusError
+	return errors.As(err, &s) && apierrors.HasStatusCause(s, corev1.NamespaceTerminatingCause)
 }
 
 // finalize runs when an action is being deleted: an open claim is waited for (DESIGN rule 8), then the
@@ -171,7 +186,10 @@ func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1al
 		}
 	}
 	if err := r.writeTombstone(ctx, xa); err != nil {
-		if !apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		if res, ok := r.waitOnTombstoneWrite(ctx, err); ok {
+			return res, nil
+		}
+		if !namespaceTerminating(err) {
 			return ctrl.Result{}, err
 		}
 		// The namespace is being deleted: nothing can be created in it, and its tombstones go with it. Holding the
@@ -198,6 +216,9 @@ func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1al
 // collect deletes a finished action past its expiresAt; the finalizer then writes its tombstone.
 func (r *ExternalActionReconciler) collect(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
 	if err := r.writeTombstone(ctx, xa); err != nil {
+		if res, ok := r.waitOnTombstoneWrite(ctx, err); ok {
+			return res, nil
+		}
 		return ctrl.Result{}, err
 	}
 	// Preconditions: only the version the expiry was decided on is collected (a newer one brings its own event).

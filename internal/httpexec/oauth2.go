@@ -38,8 +38,9 @@ var ErrTokenUnavailable = errors.New("oauth2 token unavailable")
 type ClientCredentials struct {
 	// TokenURL is the token endpoint (absolute http or https URL).
 	TokenURL string
-	// ClientID and ClientSecret authenticate the client: in an HTTP Basic Authorization header first and, if
-	// the endpoint refuses that, in the form body (RFC 6749 section 2.3.1); the style that worked is kept.
+	// ClientID and ClientSecret authenticate the client: in an HTTP Basic Authorization header first and, only
+	// if the endpoint refuses the client authentication (RFC 6749 section 5.2: 400 or 401 with error
+	// invalid_client), in the form body (section 2.3.1); the style that worked is kept per owner.
 	ClientID, ClientSecret string
 	// Scopes are sent space-separated as the "scope" parameter (RFC 6749 section 3.3).
 	Scopes []string
@@ -121,10 +122,11 @@ type TokenCache struct {
 }
 
 type tokenEntry struct {
-	key  [sha256.Size]byte
-	base oauth2.TokenSource // fetches a new token on every call
-	src  oauth2.TokenSource // base, reused until early expiry
-	last string             // the token src returned last
+	key   [sha256.Size]byte
+	style *authStyle         // how the client authenticates at the token endpoint; shared with base
+	base  oauth2.TokenSource // fetches a new token on every call
+	src   oauth2.TokenSource // base, reused until early expiry
+	last  string             // the token src returned last
 }
 
 // TokenCacheOption configures a TokenCache.
@@ -216,30 +218,110 @@ func (c *TokenCache) source(owner string, cc *ClientCredentials) (oauth2.TokenSo
 	key := cc.key()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.entries[owner]; ok && e.key == key {
-		return e.src, nil
+	old, ok := c.entries[owner]
+	if ok && old.key == key {
+		return old.src, nil
 	}
 	hc, err := c.clients(cc.tlsOptions())
 	if err != nil {
 		return nil, err
 	}
-	conf := &clientcredentials.Config{ClientID: cc.ClientID, ClientSecret: cc.ClientSecret, TokenURL: cc.TokenURL,
-		Scopes: slices.Clone(cc.Scopes), EndpointParams: cloneValues(cc.EndpointParams)}
+	style := &authStyle{}
+	if ok && old.style.tokenURL == cc.TokenURL {
+		style = old.style // a rotated secret keeps the style the same endpoint accepted
+	}
+	style.tokenURL = cc.TokenURL
+	conf := func(s oauth2.AuthStyle) *clientcredentials.Config {
+		return &clientcredentials.Config{ClientID: cc.ClientID, ClientSecret: cc.ClientSecret, TokenURL: cc.TokenURL,
+			Scopes: slices.Clone(cc.Scopes), EndpointParams: cloneValues(cc.EndpointParams), AuthStyle: s}
+	}
 	// The context only carries the HTTP client (oauth2.HTTPClient); fetch keeps it for every later request.
-	base := fetch{conf: conf, ctx: context.WithValue(context.Background(), oauth2.HTTPClient, hc)}
-	e := &tokenEntry{key: key, base: base, src: oauth2.ReuseTokenSourceWithExpiry(nil, base, c.early)}
+	base := fetch{header: conf(oauth2.AuthStyleInHeader), params: conf(oauth2.AuthStyleInParams), style: style,
+		ctx: context.WithValue(context.Background(), oauth2.HTTPClient, hc)}
+	e := &tokenEntry{key: key, style: style, base: base, src: oauth2.ReuseTokenSourceWithExpiry(nil, base, c.early)}
 	c.entries[owner] = e
 	return e.src, nil
 }
 
-// fetch asks the token endpoint on every call (clientcredentials.Config.TokenSource would cache, and a
-// cached source cannot be told to drop a refused token).
-type fetch struct {
-	conf *clientcredentials.Config
-	ctx  context.Context
+// authStyle is how one owner's client authenticates at its token endpoint (RFC 6749 section 2.3.1). Until a
+// token was issued it is unknown: the Basic header is tried first. The style is set explicitly on every request
+// (never oauth2.AuthStyleAutoDetect, which re-sends in the other style after any failure, a 500 or a timeout
+// included, so that a down endpoint is asked twice per attempt).
+type authStyle struct {
+	tokenURL string // the endpoint the style was learned at
+
+	mu     sync.Mutex
+	known  bool // a token was issued in style
+	inForm bool // the credentials go in the form body, not the Basic header
 }
 
-func (f fetch) Token() (*oauth2.Token, error) { return f.conf.Token(f.ctx) }
+func (a *authStyle) get() (inForm, known bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.inForm, a.known
+}
+
+func (a *authStyle) worked(inForm bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inForm, a.known = inForm, true
+}
+
+// fetch asks the token endpoint on every call (clientcredentials.Config.TokenSource would cache, and a
+// cached source cannot be told to drop a refused token): one request in the known style or, while the style is
+// unknown, in the Basic header and a second one in the form body only if the first refused the client
+// authentication (refusesClient). Any other failure (5xx, 429, a timeout, a refused dial) is the endpoint being
+// down and is returned after one request.
+type fetch struct {
+	header, params *clientcredentials.Config // the same grant, AuthStyleInHeader and AuthStyleInParams
+	style          *authStyle
+	ctx            context.Context
+}
+
+func (f fetch) Token() (*oauth2.Token, error) {
+	inForm, known := f.style.get()
+	tok, err := f.conf(inForm).Token(f.ctx)
+	if err != nil && !known && refusesClient(err) {
+		inForm = !inForm
+		tok, err = f.conf(inForm).Token(f.ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f.style.worked(inForm)
+	return tok, nil
+}
+
+func (f fetch) conf(inForm bool) *clientcredentials.Config {
+	if inForm {
+		return f.params
+	}
+	return f.header
+}
+
+// refusesClient reports whether err is a token endpoint's refusal of the client authentication: HTTP 400 or
+// 401 with the error code invalid_client (RFC 6749 section 5.2), the only answer that says something about
+// where the credentials go.
+func refusesClient(err error) bool {
+	rerr, ok := errors.AsType[*oauth2.RetrieveError](err)
+	if !ok || rerr.Response == nil || rerr.ErrorCode != "invalid_client" {
+		return false
+	}
+	return rerr.Response.StatusCode == http.StatusBadRequest || rerr.Response.StatusCode == http.StatusUnauthorized
+}
+
+// TokenRetryAfter returns the Retry-After header (RFC 9110 section 10.2.3, unparsed) of a token endpoint that
+// answered 429 or 503 in err (a TokenCache.Token error), or "" for any other error.
+func TokenRetryAfter(err error) string {
+	rerr, ok := errors.AsType[*oauth2.RetrieveError](err)
+	if !ok || rerr.Response == nil {
+		return ""
+	}
+	if c := rerr.Response.StatusCode; c != http.StatusTooManyRequests && c != http.StatusServiceUnavailable {
+		return ""
+	}
+	return rerr.Response.Header.Get("Retry-After")
+}
 
 func cloneValues(v url.Values) url.Values {
 	if v == nil {
@@ -280,7 +362,11 @@ func newTokenError(err error) *tokenError {
 				msg += fmt.Sprintf(" (%q)", cut(rerr.ErrorDescription, 160))
 			}
 		}
-		msg += "; the client credential or the token endpoint needs fixing"
+		if code >= http.StatusInternalServerError || code == http.StatusTooManyRequests {
+			msg += "; the token endpoint is down or limiting requests (retried within the retry policy)"
+		} else {
+			msg += "; the client credential or the token endpoint needs fixing"
+		}
 	default:
 		msg += errorText(err)
 	}

@@ -178,8 +178,9 @@ func TestTokenEndpointRefusal(t *testing.T) {
 	}
 
 	ts.status.Store(http.StatusServiceUnavailable)
-	if _, err := c.Token(context.Background(), "d", ts.creds()); !errors.Is(err, ErrTokenUnavailable) || !strings.Contains(err.Error(), "HTTP 503") {
-		t.Errorf("err = %v, want ErrTokenUnavailable with HTTP 503", err)
+	if _, err := c.Token(context.Background(), "d", ts.creds()); !errors.Is(err, ErrTokenUnavailable) || !strings.Contains(err.Error(), "HTTP 503") ||
+		!strings.Contains(err.Error(), "down or limiting") {
+		t.Errorf("err = %v, want ErrTokenUnavailable with HTTP 503, saying the endpoint is down", err)
 	}
 	ts.Close()
 	if _, err := c.Token(context.Background(), "d", ts.creds()); !errors.Is(err, ErrTokenUnavailable) {
@@ -242,5 +243,110 @@ func TestTokenHonoursTheContext(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Token returned after %s, want about 200ms", d)
+	}
+}
+
+// styleServer is a token endpoint on loopback that counts requests and answers each with answer(r); it
+// records whether the client credentials came in the Basic header or in the form body.
+func styleServer(t *testing.T, answer func(w http.ResponseWriter, r *http.Request)) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		_ = r.ParseForm()
+		answer(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+func oauthError(w http.ResponseWriter, code int, oauthCode string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = fmt.Fprintf(w, `{"error":%q}`, oauthCode)
+}
+
+// A token endpoint that is down (5xx, 429 or 503 with Retry-After, a closed connection) or refuses the grant for
+// another reason than the client authentication is asked once per call: its answer says nothing about where
+// the client credentials go (RFC 6749 section 5.2), so the form style is not tried.
+func TestTokenEndpointDownAskedOncePerAttempt(t *testing.T) {
+	cases := map[string]struct {
+		answer     func(w http.ResponseWriter, r *http.Request)
+		retryAfter string
+	}{
+		"500": {answer: func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }},
+		"503 Retry-After": {answer: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}, retryAfter: "7"},
+		"429 Retry-After": {answer: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", "3")
+			oauthError(w, http.StatusTooManyRequests, "slow_down")
+		}, retryAfter: "3"},
+		"400 invalid_scope": {answer: func(w http.ResponseWriter, _ *http.Request) { oauthError(w, http.StatusBadRequest, "invalid_scope") }},
+		"500 invalid_client": {answer: func(w http.ResponseWriter, _ *http.Request) {
+			oauthError(w, http.StatusInternalServerError, "invalid_client")
+		}},
+		"connection closed": {answer: func(w http.ResponseWriter, _ *http.Request) {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+		}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			srv, n := styleServer(t, tc.answer)
+			c := NewTokenCache(newExecutor(t).TokenClient)
+			cc := ClientCredentials{TokenURL: srv.URL + "/token", ClientID: testClientID, ClientSecret: testClientSecret}
+			for attempt := 1; attempt <= 3; attempt++ {
+				_, err := c.Token(context.Background(), "d", cc)
+				if !errors.Is(err, ErrTokenUnavailable) {
+					t.Fatalf("attempt %d: err = %v, want ErrTokenUnavailable", attempt, err)
+				}
+				if got := n.Load(); got != int32(attempt) {
+					t.Fatalf("%d token requests after %d attempts, want one per attempt", got, attempt)
+				}
+				if ra := TokenRetryAfter(err); ra != tc.retryAfter {
+					t.Errorf("TokenRetryAfter = %q, want %q", ra, tc.retryAfter)
+				}
+			}
+		})
+	}
+}
+
+// An endpoint that wants the credentials in the form body refuses the Basic header with 401 invalid_client:
+// the first token costs two requests, every later one a single request in the form style, also after the
+// secret rotates; an endpoint that refuses both styles is asked twice until one worked.
+func TestTokenAuthStyleLearnedPerDestination(t *testing.T) {
+	var basic, issued atomic.Int32
+	srv, n := styleServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if _, _, ok := r.BasicAuth(); ok {
+			basic.Add(1)
+			oauthError(w, http.StatusUnauthorized, "invalid_client")
+			return
+		}
+		if r.PostForm.Get("client_id") != testClientID || r.PostForm.Get("client_secret") == "" {
+			oauthError(w, http.StatusBadRequest, "invalid_client")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"access_token":"tok-%d","token_type":"Bearer","expires_in":3600}`, issued.Add(1))
+	})
+	c := NewTokenCache(newExecutor(t).TokenClient)
+	cc := ClientCredentials{TokenURL: srv.URL + "/token", ClientID: testClientID, ClientSecret: testClientSecret}
+	first := mustToken(t, c, "d", cc)
+	if n.Load() != 2 || basic.Load() != 1 {
+		t.Fatalf("first token: %d requests (%d Basic), want 2 (1 Basic)", n.Load(), basic.Load())
+	}
+	c.Invalidate("d", first)
+	mustToken(t, c, "d", cc)
+	cc.ClientSecret = "cs-rotated-1a2b3c" //nolint:gosec // G101: a test credential
+	mustToken(t, c, "d", cc)
+	if n.Load() != 4 || basic.Load() != 1 {
+		t.Errorf("after a refresh and a rotated secret: %d requests (%d Basic), want 4 (1 Basic)", n.Load(), basic.Load())
+	}
+	if tok := mustToken(t, c, "other", cc); tok == "" || basic.Load() != 2 {
+		t.Errorf("another destination: %d Basic requests, want its own probe (2)", basic.Load())
 	}
 }

@@ -285,6 +285,26 @@ func (r *Registry) Forget(dest, key string) {
 	}
 }
 
+// ForgetKey drops the reservations of key on every destination: the key left this manager (its object was
+// deleted, or relabeled out of this shard's --watch-label-selector) and will not ask again here, so it must
+// not keep its place, and the tokens for the keys behind it, until its grace ends. The destination of an
+// object that is gone is no longer known, hence every destination (a map walk per call, O(destinations)).
+func (r *Registry) ForgetKey(key string) {
+	r.mu.Lock()
+	dests := make([]*destination, 0, len(r.dests))
+	for _, d := range r.dests {
+		dests = append(dests, d)
+	}
+	r.mu.Unlock()
+	for _, d := range dests {
+		d.mu.Lock()
+		if e := d.queue.get(key); e != nil && !d.dead {
+			d.queue.remove(e)
+		}
+		d.mu.Unlock()
+	}
+}
+
 // Stats is a snapshot of one destination, for metrics.
 type Stats struct {
 	// Waiting is the number of keys holding a reservation (waiting for a token

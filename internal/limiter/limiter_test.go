@@ -429,6 +429,29 @@ func TestForget(t *testing.T) {
 	}
 }
 
+// ForgetKey drops a key's reservations on every destination (the key left this shard): the key behind it on
+// each destination gets its slot without waiting for the grace.
+func TestForgetKey(t *testing.T) {
+	const destB = "Destination/b/pay"
+	r := NewRegistry(WithGrace(2 * time.Second))
+	l := Limits{RequestsPerSecond: 1, Burst: 1}
+	for _, d := range []string{destA, destB} {
+		r.Admit(d, l, "a", "a/k0", true, t0)
+		r.Admit(d, l, "a", "a/x", true, t0) // slot ~1s; then relabeled away, never asks again
+		r.Admit(d, l, "a", "a/y", true, t0) // slot ~2s
+	}
+	r.ForgetKey("a/x")
+	r.ForgetKey("a/unknown")
+	for _, d := range []string{destA, destB} {
+		if ok, w, why := r.Admit(d, l, "a", "a/y", true, sec(1.01)); !ok {
+			t.Errorf("%s: y refused at x's slot after x was forgotten: %v %q", d, w, why)
+		}
+		if st, _ := r.Stats(d, sec(1.01)); st.Waiting != 0 {
+			t.Errorf("%s: %d reservations kept, want 0", d, st.Waiting)
+		}
+	}
+}
+
 // Limits change between calls: the bucket adapts and keeps its tokens.
 func TestLimitsChange(t *testing.T) {
 	r := NewRegistry()

@@ -204,8 +204,11 @@ func (s *Sender) send(ctx context.Context, xa *actionsv1alpha1.ExternalAction, d
 	h.Set(dest.KeyHeader, xa.Status.IdempotencyKey)
 	red, token, err := dest.Authorize(ctx, h, body, xa.Status.IdempotencyKey)
 	if err != nil {
-		// Nothing was sent to the destination: retried within the policy like a refused dial.
-		return NotSent(s.Clock.Now(), string(destination.ErrorClass(err)), red.String(err.Error())+"; nothing was sent")
+		// Nothing was sent to the destination: retried within the policy like a refused dial, not before a
+		// token endpoint's Retry-After (429 or 503).
+		o := NotSent(s.Clock.Now(), string(destination.ErrorClass(err)), red.String(err.Error())+"; nothing was sent")
+		o.RetryAfter = red.String(httpexec.TokenRetryAfter(err))
+		return o
 	}
 	keep := keepBytes(red)
 	if xa.Spec.Outputs != nil {

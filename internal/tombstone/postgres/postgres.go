@@ -220,10 +220,12 @@ func (s *Store) Start(ctx context.Context) error {
 		metrics.TombstoneStoreResult(tombstone.StorePostgres, "ping", err)
 		if (err == nil) != up {
 			up = err == nil
+			// Detail only: the controller logs one Info line when an operation first fails and one when it is
+			// answered again (with the number of actions that waited); the metric shows the rest.
 			if up {
-				s.o.Log.Info("tombstone store reachable again")
+				s.o.Log.V(1).Info("tombstone store ping answered again")
 			} else {
-				s.o.Log.Error(err, "tombstone store unreachable; first sends wait")
+				s.o.Log.V(1).Info("tombstone store ping not answered", "err", err.Error())
 			}
 		}
 	}
@@ -369,7 +371,9 @@ func (e *Expirer) Start(ctx context.Context) error {
 		metrics.TombstoneStoreResult(tombstone.StorePostgres, "expire", err)
 		switch {
 		case err != nil && !failing:
-			e.s.o.Log.Error(err, "expiring tombstones failed; retrying every interval", "deleted", n, "interval", e.s.o.ExpireInterval)
+			// An expected outage (docs/tombstones.md): Info without a stack trace, once until it works again.
+			e.s.o.Log.Info("Expiring tombstones failed; retrying every interval", "deleted", n, "interval", e.s.o.ExpireInterval,
+				"err", err.Error())
 		case err != nil:
 			e.s.o.Log.V(1).Info("expiring tombstones still fails", "deleted", n, "err", err.Error())
 		case failing:

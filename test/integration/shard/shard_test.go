@@ -3,6 +3,8 @@ package shard
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -212,5 +214,93 @@ func TestUnshardedManagerWritesNoMemberLease(t *testing.T) {
 	})
 	if rec.count() != 1 {
 		t.Errorf("requests %d, want 1", rec.count())
+	}
+}
+
+// Relabeling the next 5 Pending actions of shard1 to shard2, while both shards work through a backlog on one
+// Destination with rateLimit 5/s, burst 1, pauses neither shard: the moved keys give their places in shard1's
+// queue up at once (not when their grace ends, 2 s later), so the 2 s after the move still see about the whole
+// rate, and no second sees more than burst + rate (one limit across shards). The busiest and emptiest seconds
+// are logged.
+func TestShardMoveReleasesItsPlace(t *testing.T) {
+	const (
+		rate, burst = 5, 1
+		n           = 20
+		moved       = 5
+	)
+	ns, leases := env.Namespace(t), env.Namespace(t)
+	rec, url := newRecorder(t, 0)
+	env.CreateDestination(t, ns, "limited", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.RateLimit = &actionsv1alpha1.RateLimit{RequestsPerSecond: rate, Burst: new(int32(burst))}
+	})
+	env.StartManager(t, shardOptions("shard1", leases))
+	env.StartManager(t, shardOptions("shard2", leases))
+	var wg sync.WaitGroup
+	createShard(t, &wg, ns, "limited", "shard1", n)
+	createShard(t, &wg, ns, "limited", "shard2", n)
+	wg.Wait()
+	// Both shards' Leases are seen and the rate is shared before the move.
+	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("both shards sending"), func() bool {
+		return succeeded(t, ns, "shard1") >= 3 && succeeded(t, ns, "shard2") >= 3
+	})
+	var list actionsv1alpha1.ExternalActionList
+	if err := env.Client.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{shard.LabelKey: "shard1"}); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(list.Items, func(a, b actionsv1alpha1.ExternalAction) int { return strings.Compare(a.Name, b.Name) })
+	patch := []byte(`{"metadata":{"labels":{"` + shard.LabelKey + `":"shard2"}}}`)
+	move, left := 0, 0
+	for i := range list.Items {
+		xa := &list.Items[i]
+		if xa.Status.Phase.Terminal() || xa.Status.Claim != nil {
+			continue
+		}
+		if move == moved {
+			left++
+			continue
+		}
+		if err := env.Client.Patch(context.Background(), xa, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatalf("relabeling %s: %v", xa.Name, err)
+		}
+		move++
+	}
+	if move < moved || left < 3 {
+		t.Fatalf("%d actions moved with %d left in shard1: the backlog ran out before the move", move, left)
+	}
+	movedAt := time.Now()
+	for _, s := range []string{"shard1", "shard2"} {
+		for i := range n {
+			env.WaitPhase(t, ns, fmt.Sprintf("%s-%03d", s, i), actionsv1alpha1.PhaseSucceeded, 60*time.Second)
+		}
+	}
+	at := rec.arrivals()
+	worst, start := busiest(at, time.Second)
+	// The emptiest second among the 3 after the move, while the backlog lasts (about 4 s at 5/s).
+	end := movedAt.Add(3 * time.Second)
+	if last := at[len(at)-1].Add(-time.Second); last.Before(end) {
+		end = last
+	}
+	emptiest, from := len(at), movedAt
+	for w := movedAt; !w.After(end); w = w.Add(100 * time.Millisecond) {
+		if got := between(at, w, w.Add(time.Second)); got < emptiest {
+			emptiest, from = got, w
+		}
+	}
+	two := between(at, movedAt, movedAt.Add(2*time.Second))
+	t.Logf("%d requests; busiest second %d from %s (bound %d); emptiest second after the move %d from %s; %d in the 2 s after it",
+		len(at), worst, start.Format(time.RFC3339Nano), burst+rate, emptiest, from.Format(time.RFC3339Nano), two)
+	if worst > burst+rate {
+		t.Errorf("%d requests in the second from %s, want <= burst+rate = %d", worst, start.Format(time.RFC3339Nano), burst+rate)
+	}
+	// Measured on 2 shared cores: with the place released at once 10 requests in the 2 s after the move (the
+	// emptiest second 3 to 4); with the moved keys holding their places until their grace ends, 5 to 6 (the
+	// emptiest second 2: only the other shard's half of the rate).
+	if bound := 2*rate - 2; two < bound {
+		t.Errorf("%d requests in the 2 s after the move, want >= %d: a shard paused (emptiest second %d from %s)", two, bound,
+			emptiest, from.Format(time.RFC3339Nano))
+	}
+	if bound := rate / 2; emptiest < bound {
+		t.Errorf("%d requests in the second from %s after the move, want >= %d: both shards paused", emptiest,
+			from.Format(time.RFC3339Nano), bound)
 	}
 }

@@ -3,17 +3,20 @@ package tombstones
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -248,4 +251,68 @@ func TestPostgresDownFirstSendWaits(t *testing.T) {
 	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the store gauge to be 1 again"), func() bool {
 		return sample(t, "actionledger_tombstone_store_up", pgLabel) == 1
 	})
+}
+
+// An outage of PostgreSQL is an expected wait (docs/tombstones.md): while it lasts, neither a first send
+// waiting for its lookup nor a finished action due for collection logs an error or a stack trace (the manager
+// requeues them without returning an error to controller-runtime), the manager logs one line when the store
+// becomes unreachable and one when it is back, with the number of actions that waited, and both actions go
+// on once it is back.
+func TestPostgresOutageLogsNoErrors(t *testing.T) {
+	ns := env.Namespace(t)
+	pg := pgtest.StartT(t)
+	_, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.CreateDestination(t, ns, "svc", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.Retention = &actionsv1alpha1.Retention{TTLAfterFinished: &metav1.Duration{Duration: 3 * time.Second}}
+	})
+	out := &envtestutil.SyncBuffer{}
+	o := pgOptions(pg)
+	o.Logger = zap.New(zap.WriteTo(out), zap.JSONEncoder(), zap.Level(zapcore.InfoLevel), zap.StacktraceLevel(zapcore.ErrorLevel))
+	env.StartManager(t, o)
+
+	env.Create(t, envtestutil.Action(ns, "due", "svc", "/orders", `{"n":1}`))
+	done := env.WaitPhase(t, ns, "due", actionsv1alpha1.PhaseSucceeded, 30*time.Second)
+	if err := pg.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	env.Create(t, envtestutil.Action(ns, "new-1", "svc", "/orders", `{"n":2}`))
+	// The collection is due 3 s after the outcome; it waits for the store for 5 s more.
+	until := done.Status.ExpiresAt.Add(5 * time.Second)
+	envtestutil.Consistently(t, time.Until(until), envtestutil.Say("the due action kept while its tombstone cannot be written"), func() bool {
+		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "due"}, &actionsv1alpha1.ExternalAction{}) == nil
+	})
+	log := out.String()
+	errs, traces := strings.Count(log, `"level":"error"`), strings.Count(log, `"stacktrace"`)
+	t.Logf("during the outage: %d ERROR lines, %d stack traces", errs, traces)
+	if errs != 0 || traces != 0 {
+		t.Errorf("%d ERROR lines and %d stack traces in the manager's log during the outage, want 0:\n%s", errs, traces, firstLines(log, `"level":"error"`, 3))
+	}
+	if n := strings.Count(log, "Tombstone store became unreachable"); n != 1 {
+		t.Errorf("%d lines saying the store became unreachable, want 1", n)
+	}
+
+	if err := pg.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ns, "due")
+	env.WaitPhase(t, ns, "new-1", actionsv1alpha1.PhaseSucceeded, 60*time.Second)
+	log = out.String()
+	back := firstLines(log, "Tombstone store is reachable again", 5)
+	if n := strings.Count(log, "Tombstone store is reachable again"); n != 1 || !strings.Contains(back, `"waitingActions":2`) {
+		t.Errorf("%d lines saying the store is back, want 1 with waitingActions 2 (the lookup and the collection): %s", n, back)
+	}
+	if n := strings.Count(log, `"level":"error"`); n != 0 {
+		t.Errorf("%d ERROR lines in the manager's log, want 0:\n%s", n, firstLines(log, `"level":"error"`, 3))
+	}
+}
+
+// firstLines returns up to n lines of log that contain s.
+func firstLines(log, s string, n int) string {
+	var out []string
+	for l := range strings.Lines(log) {
+		if strings.Contains(l, s) && len(out) < n {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "")
 }
