@@ -80,6 +80,8 @@ const (
 	requeueNow = time.Millisecond
 	// requeueCheckNotDispatched: a post-check the dispatcher did not take is asked again.
 	requeueCheckNotDispatched = time.Second
+	// requeueTombstoneConflict: the collector's deletion of an expired tombstone lost a Conflict.
+	requeueTombstoneConflict = time.Second
 )
 
 // Options are the ExternalAction reconciler's settings and optional collaborators; the zero value works.

@@ -255,7 +255,7 @@ func (r *TombstoneReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	uid, rv := ts.UID, ts.ResourceVersion
 	if err := r.Delete(ctx, ts, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: time.Second}, nil
+			return ctrl.Result{RequeueAfter: requeueTombstoneConflict}, nil
 		}
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("deleting expired tombstone: %w", err)

@@ -72,15 +72,20 @@ type Manager struct {
 	held sync.Map // types.NamespacedName -> *heldOutputs
 }
 
-// requeueConflict is how soon an outputs step that lost a Conflict looks again.
-const requeueConflict = 100 * time.Millisecond
+// Requeue delays of the outputs, named once.
+const (
+	// requeueConflict is how soon an outputs step that lost a Conflict looks again.
+	requeueConflict = 100 * time.Millisecond
+	// requeueNow looks again at once (the cache is behind a write).
+	requeueNow = time.Millisecond
+)
 
 // requeueAt requeues at t; zero t means no requeue.
 func requeueAt(t, now time.Time) ctrl.Result {
 	if t.IsZero() {
 		return ctrl.Result{}
 	}
-	return ctrl.Result{RequeueAfter: max(t.Sub(now), time.Millisecond)}
+	return ctrl.Result{RequeueAfter: max(t.Sub(now), requeueNow)}
 }
 
 // Forget drops the values held for nn (the object is gone, or its outputs are settled elsewhere).
@@ -427,14 +432,14 @@ func (mgr *Manager) Reconcile(ctx context.Context, cached *actionsv1alpha1.Exter
 		return ctrl.Result{}, true, client.IgnoreNotFound(err)
 	}
 	if xa.Status.Phase != actionsv1alpha1.PhaseSucceeded || !xa.DeletionTimestamp.IsZero() {
-		return ctrl.Result{RequeueAfter: time.Millisecond}, true, nil
+		return ctrl.Result{RequeueAfter: requeueNow}, true, nil
 	}
 	if xa.Status.Outputs == nil {
 		res, err := mgr.Settle(ctx, xa)
 		return res, true, err
 	}
 	if out == nil || xa.Status.Outputs.Reason != out.Reason {
-		return ctrl.Result{RequeueAfter: time.Millisecond}, true, nil // the cache is behind
+		return ctrl.Result{RequeueAfter: requeueNow}, true, nil // the cache is behind
 	}
 	missing := *xa.Status.Outputs
 	missing.Reason = actionsv1alpha1.ReasonOutputMissing
