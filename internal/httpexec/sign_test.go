@@ -130,7 +130,7 @@ func TestHMACSignatureBindsKeyAndTime(t *testing.T) {
 // that the signer sent, run as the docs show it (sh and openssl) over a body, key, timestamp and secret.
 func TestHMACVerificationRecipeInDocs(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Skip("openssl is not installed")
+		t.Fatalf("openssl is a prerequisite of make test (README, Two commands: apt-get install openssl): %v", err)
 	}
 	recipe := docsRecipe(t, "../../docs/auth.md", "# verify a signing.hmac KeyTimestampBody signature")
 	secret := "hmac-key-3c9d7e21" //nolint:gosec // G101: a test key

@@ -418,14 +418,10 @@ func (e *Env) InstallFinalizerPolicy(t testing.TB, ns string) (remove func()) {
 	})
 }
 
-// InstallAdmissionPolicy creates the objects of file (a path in the repository, such as FinalizerPolicyFile)
-// as shipped and waits until the API server applies the policy: applied reports whether a dry-run create of an
-// ExternalAction in ns came back mutated by it. The returned remove deletes the objects again and waits until
-// creates are no longer mutated. Both also run at the test's end.
-func (e *Env) InstallAdmissionPolicy(t testing.TB, file, ns string,
-	applied func(*actionsv1alpha1.ExternalAction) bool) (remove func()) {
+// CreateFile creates the objects of file (a YAML or JSON file of the repository, path from its root, several
+// documents allowed) as they are and returns them; a failure ends the test. Nothing is deleted at its end.
+func (e *Env) CreateFile(t testing.TB, file string) []*unstructured.Unstructured {
 	t.Helper()
-	ctx := context.Background()
 	f, err := os.Open(filepath.Join(RepoRoot(), file)) //nolint:gosec // a file of the repository named by the test
 	if err != nil {
 		t.Fatalf("opening %s: %v", file, err)
@@ -437,18 +433,29 @@ func (e *Env) InstallAdmissionPolicy(t testing.TB, file, ns string,
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); err != nil {
 			if errors.Is(err, io.EOF) {
-				break
+				return objs
 			}
 			t.Fatalf("decoding %s: %v", file, err)
 		}
 		if len(u.Object) == 0 {
 			continue
 		}
-		if err := e.Client.Create(ctx, u); err != nil {
+		if err := e.Client.Create(context.Background(), u); err != nil {
 			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
 		}
 		objs = append(objs, u)
 	}
+}
+
+// InstallAdmissionPolicy creates the objects of file (a path in the repository, such as FinalizerPolicyFile)
+// as shipped and waits until the API server applies the policy: applied reports whether a dry-run create of an
+// ExternalAction in ns came back mutated by it. The returned remove deletes the objects again and waits until
+// creates are no longer mutated. Both also run at the test's end.
+func (e *Env) InstallAdmissionPolicy(t testing.TB, file, ns string,
+	applied func(*actionsv1alpha1.ExternalAction) bool) (remove func()) {
+	t.Helper()
+	ctx := context.Background()
+	objs := e.CreateFile(t, file)
 	var lastErr error
 	mutated := func() bool {
 		probe := Action(ns, "policy-probe", "none", "/", "")

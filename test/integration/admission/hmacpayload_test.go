@@ -2,15 +2,9 @@ package admission
 
 import (
 	"context"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -69,27 +63,7 @@ func TestNewHMACDefaultsToKeyTimestampBody(t *testing.T) {
 // the test ends.
 func installFile(t *testing.T, path string) {
 	t.Helper()
-	ctx := context.Background()
-	f, err := os.Open(filepath.Join(envtestutil.RepoRoot(), path)) //nolint:gosec // a file of the repository named by the test
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			t.Fatalf("decoding %s: %v", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := env.Client.Create(ctx, u); err != nil {
-			t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
-		}
+	for _, u := range env.CreateFile(t, path) {
 		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), u) })
 	}
 }
