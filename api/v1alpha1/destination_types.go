@@ -284,7 +284,22 @@ type IdempotencyConfig struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	KeyFormat string `json:"keyFormat,omitempty"`
+
+	// claim says when a status write records the attempt before it is sent (DESIGN rule 1). Always (the default): before every send. WhenUnsafe: not before the first attempt of an action whose repeat cannot make a second effect (the destination deduplicates on the key, idempotency.supported, or the effect is Safe or Idempotent, explicitly or from the method per RFC 9110 section 9.2): that action is created, sent and recorded with one status write, and has no InProgress phase while its first attempt is out. An unclaimed first attempt is made only within ClaimlessWindow (2 minutes, at least the timeout plus the claim margin) of the action's creation; after that, and for every retry, the attempt is claimed as with Always. A manager that dies between the send and its record sends again after its restart, with the same key (docs/concepts.md "Sends without a claim"). An action whose repeat is unsafe is always claimed.
+	// +optional
+	// +kubebuilder:validation:Enum=Always;WhenUnsafe
+	Claim ClaimPolicy `json:"claim,omitempty"`
 }
+
+// ClaimPolicy says when an attempt is claimed in status before it is sent (idempotency.claim).
+type ClaimPolicy string
+
+const (
+	// ClaimAlways claims every attempt before it is sent (the default).
+	ClaimAlways ClaimPolicy = "Always"
+	// ClaimWhenUnsafe skips the claim of a first attempt whose repeat is safe.
+	ClaimWhenUnsafe ClaimPolicy = "WhenUnsafe"
+)
 
 // ReconciliationCheck is the post-check: a request the controller sends when an attempt's outcome is uncertain and repeating it is not safe, to ask the destination whether the effect happened. The request is sent without a body. Its answer is judged by two CEL expressions that see `response`, with `response.statusCode` (int), `response.headers` (a map from lower-case header names to values) and `response.body` (the parsed JSON, or the text).
 type ReconciliationCheck struct {

@@ -36,11 +36,17 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 	r.parts.mailbox.store(nn, p)
 	attempt, outcome := p.Attempt, p.Outcome
 	s := r.parts.writer.Settle(ctx, cur, func(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
+		if p.Unclaimed != nil {
+			return ledger.RecordUnclaimed(st, p.Unclaimed, outcome, p.Env)
+		}
 		return ledger.Record(st, attempt, outcome, p.Env)
 	})
 	switch {
 	case s.Written != nil:
 		r.parts.mailbox.drop(nn)
+		if p.Unclaimed != nil {
+			r.parts.mailbox.wrote(s.Written)
+		}
 		logOutcome(ctx, s.From, attempt, outcome)
 		upd := s.Written
 		if upd.Spec.Outputs != nil && upd.Status.Phase == actionsv1alpha1.PhaseSucceeded && upd.Status.Outputs == nil &&

@@ -23,6 +23,10 @@ const (
 	HistoryLimit = 10
 	// DefaultAttemptTimeout is a destination's per-attempt timeout when spec.timeout is not set.
 	DefaultAttemptTimeout = 30 * time.Second
+	// ClaimlessWindow is how long after an action's creation its first attempt may go without a claim
+	// (Env.Claimless); at least the attempt timeout plus the claim margin. It bounds what a crash-looping manager
+	// can send again (docs/concepts.md "Sends without a claim").
+	ClaimlessWindow = 2 * time.Minute
 	// DefaultClaimMargin is added to the attempt timeout to form a claim's expiry when Env.ClaimMargin is
 	// not positive (--claim-margin default): the time to record the outcome.
 	DefaultClaimMargin = 5 * time.Second
@@ -44,6 +48,10 @@ type Env struct {
 	ClaimMargin time.Duration
 	// RepeatSafe: effect Safe or Idempotent, or the destination dedups on the key (CONTRACT).
 	RepeatSafe bool
+	// Claimless: the destination lets this repeat-safe action's first attempt go without a claim
+	// (idempotency.claim WhenUnsafe); Created is the object's creationTimestamp, the start of ClaimlessWindow.
+	Claimless bool
+	Created   time.Time
 	// KeySupported: the destination dedups on the key (a 409 then means "still in progress").
 	KeySupported bool
 	// PostCheck: the destination has a reconciliation post-check.
@@ -101,6 +109,9 @@ type Step struct {
 	Status *actionsv1alpha1.ExternalActionStatus
 	// Event is emitted after a successful write (or at once when Status is nil).
 	Event *Event
+	// Unclaimed (KindSend only): Status holds the attempt's claim in memory only. The controller sends without
+	// writing it, and the outcome is recorded with RecordUnclaimed (idempotency.claim WhenUnsafe).
+	Unclaimed bool
 }
 
 // Outcome is what one attempt produced, as classified by the retry package.
@@ -200,7 +211,34 @@ func claim(cur *actionsv1alpha1.ExternalActionStatus, env Env) Step {
 	st.NextAttemptAt = nil
 	setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonAttemptInProgress,
 		fmt.Sprintf("attempt %d claimed by %s", st.Attempts, env.Holder), env)
-	return Step{Kind: KindSend, Status: st}
+	return Step{Kind: KindSend, Status: st, Unclaimed: unclaimed(cur, env, timeout+margin)}
+}
+
+// unclaimed reports whether the first attempt of cur may be sent without a claim: the destination allows it
+// for this repeat-safe action (env.Claimless), no attempt was recorded yet, and the action is younger than
+// ClaimlessWindow (or than window, the attempt timeout plus the claim margin, when that is longer).
+func unclaimed(cur *actionsv1alpha1.ExternalActionStatus, env Env, window time.Duration) bool {
+	if !env.Claimless || !env.RepeatSafe || cur.Attempts != 0 || cur.Claim != nil || env.Created.IsZero() {
+		return false
+	}
+	return env.Now.Before(env.Created.Add(max(ClaimlessWindow, window)))
+}
+
+// RecordUnclaimed applies the outcome of a first attempt sent without a claim (Step.Unclaimed): sent is the
+// status it was decided on, holding the claim in memory. It returns ok=false when cur shows that an attempt
+// was recorded or claimed meanwhile (another manager got there first), so the caller drops the outcome.
+// The attempt is counted here, at the outcome write.
+func RecordUnclaimed(cur, sent *actionsv1alpha1.ExternalActionStatus, o Outcome, env Env) (Step, bool) {
+	if cur.Claim != nil || cur.Attempts != 0 || cur.Phase.Terminal() || sent == nil || sent.Claim == nil {
+		return Step{}, false
+	}
+	st := cur.DeepCopy()
+	if st.Fingerprint == "" {
+		st.IdempotencyKey, st.Fingerprint, st.Deadline = sent.IdempotencyKey, sent.Fingerprint, sent.Deadline
+	}
+	st.Claim = sent.Claim.DeepCopy()
+	st.Attempts = st.Claim.Attempt
+	return Record(st, st.Claim.Attempt, o, env)
 }
 
 // Record applies the outcome of attempt (DESIGN rule 2). It returns ok=false, and no step, when the status no
@@ -220,7 +258,9 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 		ErrorClass: o.ErrorClass,
 		RetryAfter: o.RetryAfter,
 	}
-	upsertHistory(st, rec)
+	if !firstSuccess(st, attempt, o) {
+		upsertHistory(st, rec)
+	}
 	if o.Response != nil {
 		st.Response = o.Response.DeepCopy()
 	}
@@ -787,6 +827,12 @@ func upsertHistory(st *actionsv1alpha1.ExternalActionStatus, rec actionsv1alpha1
 	if n := len(st.AttemptHistory); n > HistoryLimit {
 		st.AttemptHistory = append([]actionsv1alpha1.AttemptRecord(nil), st.AttemptHistory[n-HistoryLimit:]...)
 	}
+}
+
+// firstSuccess reports whether o is the success of a first attempt with no history before it: the lean happy
+// path keeps no attemptHistory entry for it (attempts, response.statusCode and completedAt say it all).
+func firstSuccess(st *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome) bool {
+	return o.Class == retry.ClassSuccess && attempt == 1 && len(st.AttemptHistory) == 0
 }
 
 func hasHistory(st *actionsv1alpha1.ExternalActionStatus, n int32) bool {
