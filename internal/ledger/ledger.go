@@ -568,17 +568,7 @@ func WaitForSubject(cur *actionsv1alpha1.ExternalActionStatus, reason, msg strin
 	setPhase(st, phase, reason, msg, env)
 	step := Step{Kind: KindWait, Status: st}
 	if reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown {
-		for _, c := range []struct {
-			t  string
-			on bool
-		}{{actionsv1alpha1.ConditionReconciling, false}, {actionsv1alpha1.ConditionStalled, true}} {
-			s := metav1.ConditionFalse
-			if c.on {
-				s = metav1.ConditionTrue
-			}
-			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: c.t, Status: s, Reason: reason, Message: msg,
-				ObservedGeneration: env.Generation, LastTransitionTime: metav1.NewTime(env.Now)})
-		}
+		setAbnormal(st, false, true, reason, truncate(msg), env)
 	}
 	if prev != reason {
 		step.Event = &Event{Warning: reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown, Reason: reason, Message: msg}
@@ -609,12 +599,8 @@ func Blocked(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, env 
 	st.Phase = phase
 	st.ObservedGeneration = env.Generation
 	m := truncate(msg)
-	for _, c := range []struct {
-		t  string
-		on bool
-	}{{actionsv1alpha1.ConditionReady, false}, {actionsv1alpha1.ConditionReconciling, false}, {actionsv1alpha1.ConditionStalled, true}} {
-		setCond(st, c.t, c.on, reason, m, env)
-	}
+	setCond(st, actionsv1alpha1.ConditionReady, false, reason, m, env)
+	setAbnormal(st, false, true, reason, m, env)
 	return Step{Kind: KindWait, Status: st}
 }
 
@@ -670,6 +656,15 @@ func ObserveFinished(cur *actionsv1alpha1.ExternalActionStatus, env Env) *action
 		note += " spec.retryPolicy applies only to an attempt a person asks for (" + actionsv1alpha1.AnnotationResolve + "=retry)"
 	default:
 		note += " spec.retryPolicy no longer applies: no attempt is made for a finished action"
+	}
+	if meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReconciling) == nil {
+		// A finished action carries no Reconciling condition (setPhase); the note of an edit goes into one that is
+		// False, with the outcome's reason.
+		reason := st.Phase
+		if c := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReady); c != nil {
+			reason = actionsv1alpha1.Phase(c.Reason)
+		}
+		setCond(st, actionsv1alpha1.ConditionReconciling, false, string(reason), "", env)
 	}
 	for i := range st.Conditions {
 		c := &st.Conditions[i]
@@ -730,26 +725,39 @@ func expiry(st *actionsv1alpha1.ExternalActionStatus) time.Time {
 	return st.ExpiresAt.Time
 }
 
-// setPhase sets the phase and the three conditions as kstatus reads them: Ready True only in Succeeded;
-// Reconciling True in Pending and InProgress; Stalled True in Failed, Exhausted, OutcomeUnknown and Conflict.
+// setPhase sets the phase and the conditions as kstatus reads them: Ready True only in Succeeded; Reconciling
+// True in Pending and InProgress; Stalled True in Failed, Exhausted, OutcomeUnknown and Conflict. Reconciling
+// and Stalled are abnormal-true conditions (kstatus): present only while True, removed otherwise, as Flux
+// does, so that a finished action carries Ready alone (the lean happy path, issue 24).
 func setPhase(st *actionsv1alpha1.ExternalActionStatus, phase actionsv1alpha1.Phase, reason, msg string, env Env) {
 	st.Phase = phase
 	st.ObservedGeneration = env.Generation
 	msg = truncate(msg)
-	set := func(t string, on bool, r, m string) { setCond(st, t, on, r, m, env) }
 	switch phase {
 	case actionsv1alpha1.PhaseSucceeded:
-		set(actionsv1alpha1.ConditionReady, true, reason, msg)
-		set(actionsv1alpha1.ConditionReconciling, false, reason, "finished")
-		set(actionsv1alpha1.ConditionStalled, false, reason, "finished")
+		setCond(st, actionsv1alpha1.ConditionReady, true, reason, msg, env)
+		setAbnormal(st, false, false, reason, msg, env)
 	case actionsv1alpha1.PhasePending, actionsv1alpha1.PhaseInProgress:
-		set(actionsv1alpha1.ConditionReady, false, reason, msg)
-		set(actionsv1alpha1.ConditionReconciling, true, reason, msg)
-		set(actionsv1alpha1.ConditionStalled, false, reason, "making progress")
+		setCond(st, actionsv1alpha1.ConditionReady, false, reason, msg, env)
+		setAbnormal(st, true, false, reason, msg, env)
 	default:
-		set(actionsv1alpha1.ConditionReady, false, reason, msg)
-		set(actionsv1alpha1.ConditionReconciling, false, reason, "stopped")
-		set(actionsv1alpha1.ConditionStalled, true, reason, msg)
+		setCond(st, actionsv1alpha1.ConditionReady, false, reason, msg, env)
+		setAbnormal(st, false, true, reason, msg, env)
+	}
+}
+
+// setAbnormal sets the abnormal-true conditions: Reconciling and Stalled True with reason and msg when asked,
+// removed when not (kstatus reads an absent one as False).
+func setAbnormal(st *actionsv1alpha1.ExternalActionStatus, reconciling, stalled bool, reason, msg string, env Env) {
+	for _, c := range []struct {
+		t  string
+		on bool
+	}{{actionsv1alpha1.ConditionReconciling, reconciling}, {actionsv1alpha1.ConditionStalled, stalled}} {
+		if c.on {
+			setCond(st, c.t, true, reason, msg, env)
+		} else {
+			meta.RemoveStatusCondition(&st.Conditions, c.t)
+		}
 	}
 }
 
@@ -789,13 +797,11 @@ func SettleOutputs(cur *actionsv1alpha1.ExternalActionStatus, out actionsv1alpha
 	ok := out.Reason == actionsv1alpha1.ReasonOutputsWritten || out.Reason == actionsv1alpha1.ReasonOutputsRetained
 	setCond(st, actionsv1alpha1.ConditionOutputsReady, ok, out.Reason, msg, env)
 	setCond(st, actionsv1alpha1.ConditionReady, ok, out.Reason, msg, env)
-	setCond(st, actionsv1alpha1.ConditionReconciling, false, out.Reason, "finished", env)
+	setAbnormal(st, false, !ok, out.Reason, msg, env)
 	step := Step{Kind: KindNone, Status: st, At: expiry(st)}
 	if ok {
-		setCond(st, actionsv1alpha1.ConditionStalled, false, out.Reason, "finished", env)
 		return step
 	}
-	setCond(st, actionsv1alpha1.ConditionStalled, true, out.Reason, msg, env)
 	step.Event = &Event{Warning: true, Reason: out.Reason, Message: msg}
 	return step
 }

@@ -137,7 +137,7 @@ type Settled struct {
 	Step    ledger.Step
 	// From is the copy the last decision was made on (the cached one, or a fresh read).
 	From *actionsv1alpha1.ExternalAction
-	// Closed: a fresh copy from the API server has nothing to settle (Decide said false): settled elsewhere.
+	// Closed: a fresh copy from the API server (From) has nothing to settle (Decide said false): settled elsewhere.
 	Closed bool
 	// Gone: the object no longer exists.
 	Gone bool
@@ -162,7 +162,7 @@ func (w *Writer) Settle(ctx context.Context, cur *actionsv1alpha1.ExternalAction
 	for try := 0; ; try++ {
 		step, ok := decide(&cur.Status)
 		if !ok && fresh {
-			return Settled{Closed: true}
+			return Settled{Closed: true, From: cur}
 		}
 		if ok {
 			upd := cur.DeepCopy()

@@ -189,6 +189,7 @@ func TestChaos(t *testing.T) {
 type world struct {
 	mode  string
 	dedup bool
+	claim actionsv1alpha1.ClaimPolicy
 	ns    string
 	srv   *destination.Server
 	total int
@@ -198,7 +199,7 @@ type world struct {
 
 func newWorld(t *testing.T, tox *toxiproxy.ApiServer, mode string, dedup bool, claim actionsv1alpha1.ClaimPolicy, n int) *world {
 	t.Helper()
-	w := &world{mode: mode, dedup: dedup, total: n}
+	w := &world{mode: mode, dedup: dedup, claim: claim, total: n}
 	w.ns = fmt.Sprintf("chaos-%s-%d", mode, time.Now().UnixNano()%1_000_000)
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}); err != nil {
 		t.Fatalf("namespace: %v", err)
@@ -262,6 +263,11 @@ func (w *world) create(t *testing.T, i int) {
 	name := fmt.Sprintf("a-%04d", i)
 	key := w.ns + "/" + name
 	switch {
+	case i%20 == 9 && w.claim == actionsv1alpha1.ClaimWhenUnsafe:
+		// A claimless destination must answer every send of a key alike (concepts.md "Sends without a claim"):
+		// its rejection is stored and replayed, so two managers' overlapping sends both see it.
+		declined := destination.Step{Status: 422, Body: `{"code":"card_declined"}`}
+		w.srv.Script(key, declined, declined, declined, declined, declined, declined, declined, declined)
 	case i%20 == 9:
 		w.srv.Script(key, destination.Step{Status: 422, Body: `{"code":"card_declined"}`})
 	case i%10 == 3:
