@@ -263,14 +263,12 @@ func (b bytesEnv) run(t *testing.T, level, n, conc int) (BytesRun, int, int) {
 	return r, claimB, outB
 }
 
-// removeActions deletes every ExternalAction of ns and strips the finalizer the admission policy added (no
-// manager runs to do it), until none is left.
+// removeActions deletes every ExternalAction of ns, first stripping the finalizer the admission policy added
+// (no manager runs to do it; stripped before the delete, each object costs two writes, not three), until none
+// is left.
 func removeActions(t *testing.T, c client.Client, ns string, conc int) {
 	t.Helper()
 	ctx := context.Background()
-	if err := c.DeleteAllOf(ctx, &actionsv1alpha1.ExternalAction{}, client.InNamespace(ns)); err != nil {
-		t.Fatalf("deleting the shape's objects: %v", err)
-	}
 	strip := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
 	for deadline := time.Now().Add(5 * time.Minute); ; {
 		var list actionsv1alpha1.ExternalActionList
@@ -284,13 +282,20 @@ func removeActions(t *testing.T, c client.Client, ns string, conc int) {
 			t.Fatalf("%d objects left in %s after deleting them", len(list.Items), ns)
 		}
 		err := forEach(len(list.Items), conc, func(i int) error {
-			if err := c.Patch(ctx, &list.Items[i], strip); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("removing the finalizer of %s: %w", list.Items[i].Name, err)
+			xa := &list.Items[i]
+			if len(xa.Finalizers) == 0 {
+				return nil
+			}
+			if err := c.Patch(ctx, xa, strip); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("removing the finalizer of %s: %w", xa.Name, err)
 			}
 			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if err := c.DeleteAllOf(ctx, &actionsv1alpha1.ExternalAction{}, client.InNamespace(ns)); err != nil {
+			t.Fatalf("deleting the shape's objects: %v", err)
 		}
 	}
 }
