@@ -15,7 +15,7 @@ import (
 // timestamps matches the RFC 3339 times of a status's JSON (second resolution, as metav1.Time marshals).
 var timestamps = regexp.MustCompile(`"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"`)
 
-// TestStatusShapesMatchLedger checks that the bytes part's last shape is what the manager writes: the claim and
+// TestStatusShapesMatchLedger checks that the bytes part's lean shape is what the manager writes: the claim and
 // the outcome of internal/ledger for an action that succeeds at its first attempt with the recording
 // destination's answer, equal as JSON up to the times. And that the minimal shape is rawStatuses' minimal pair.
 func TestStatusShapesMatchLedger(t *testing.T) {
@@ -39,10 +39,10 @@ func TestStatusShapesMatchLedger(t *testing.T) {
 	norm := func(st *actionsv1alpha1.ExternalActionStatus) string {
 		return timestamps.ReplaceAllString(envtestutil.JSON(st), `"T"`)
 	}
-	if got, exp := norm(shapeStatus(shapeResponse, xa, holder, false)), norm(claim); got != exp {
+	if got, exp := norm(shapeStatus(shapeLean, xa, holder, false)), norm(claim); got != exp {
 		t.Errorf("claim shape:\n got %s\nwant %s (ledger)", got, exp)
 	}
-	if got, exp := norm(shapeStatus(shapeResponse, xa, holder, true)), norm(out.Status); got != exp {
+	if got, exp := norm(shapeStatus(shapeLean, xa, holder, true)), norm(out.Status); got != exp {
 		t.Errorf("outcome shape:\n got %s\nwant %s (ledger)", got, exp)
 	}
 	t.Logf("the manager's outcome status (%d B): %s", len(envtestutil.JSON(out.Status)), envtestutil.JSON(out.Status))
@@ -65,7 +65,10 @@ func TestBytesRowsCheck(t *testing.T) {
 		b := len(envtestutil.JSON(shapeStatus(level, xa, "h_1", true)))
 		rows[level] = BytesRow{Shape: statusShapes[level], Objects: 10, Runs: 1, OutcomeBytes: b, ObjectsPerSec: 100,
 			StoredBytes: float64(1000 + b), ManagedFieldsBytes: 500 + level}
-		if level > 0 && b <= rows[level-1].OutcomeBytes {
+		switch {
+		case level == shapeLean && b >= rows[level-1].OutcomeBytes:
+			t.Errorf("shape %q removes no bytes from the outcome (%d B)", statusShapes[level], b)
+		case level > 0 && level != shapeLean && b <= rows[level-1].OutcomeBytes:
 			t.Errorf("shape %q adds no bytes to the outcome (%d B)", statusShapes[level], b)
 		}
 	}
@@ -76,6 +79,11 @@ func TestBytesRowsCheck(t *testing.T) {
 	bad[3].StoredBytes = bad[2].StoredBytes
 	if checkBytesRows(bad) == nil {
 		t.Error("a row no larger than the one before passed the check")
+	}
+	bad = append([]BytesRow(nil), rows...)
+	bad[shapeLean].StoredBytes = bad[shapeResponse].StoredBytes
+	if checkBytesRows(bad) == nil {
+		t.Error("a lean row no smaller than the manager's before passed the check")
 	}
 	bad = append([]BytesRow(nil), rows...)
 	bad[5].ObjectsPerSec = 0
