@@ -24,6 +24,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
@@ -100,7 +101,8 @@ func (w *Writer) Claim(ctx context.Context, xa *actionsv1alpha1.ExternalAction, 
 }
 
 // Apply writes step.Status (if any) with the resourceVersion it was decided on and returns the object as
-// written; without a status it only emits step's Event. A Conflict or NotFound returns nil and no error:
+// written; without a status it only emits step's Event. A status equal to xa's is not written again (and its
+// Event not emitted: nothing changed). A Conflict or NotFound returns nil and no error:
 // nothing was written, nothing is emitted, and the next reconcile observes again. A refused status is a
 // Warning Event and a terminal error. destID names the destination in logs and metrics ("" derives it).
 func (w *Writer) Apply(ctx context.Context, xa *actionsv1alpha1.ExternalAction, step ledger.Step,
@@ -110,6 +112,9 @@ func (w *Writer) Apply(ctx context.Context, xa *actionsv1alpha1.ExternalAction, 
 			w.Event(xa, step.Event)
 		}
 		return xa, nil
+	}
+	if equality.Semantic.DeepEqual(xa.Status, *step.Status) {
+		return xa, nil // the same content again: nothing is written, and nothing changed to announce
 	}
 	upd := xa.DeepCopy()
 	upd.Status = *step.Status
