@@ -28,7 +28,7 @@ import (
 // (rawWrites: create + claim status PUT + outcome status PUT per object, BENCH_CREATORS workers, the manager's
 // client rate limit, the observer watch open) writes BENCH_BYTES_ACTIONS objects for each status shape of
 // statusShapes, from the raw baseline's minimal status to the manager's own, adding one field group per row.
-// Every shape runs BENCH_REPEAT times, interleaved (shape 1, 2, ..., 1, 2, ...), and its objects are deleted
+// Every shape runs BENCH_REPEAT times, interleaved (shape 1, 2, ..., then backwards), and its objects are deleted
 // before the next run, so every run starts from the same store. Rows are medians.
 
 // The shape levels; each adds one field group to the one before (shapeStatus).
@@ -201,7 +201,14 @@ func statusBytesPart(t *testing.T, n, conc, repeat int) []BytesRow {
 		holder: app.NewHolder()} // what the manager writes in claims: <hostname>_<8 hex>
 	rows := make([]BytesRow, len(statusShapes))
 	for i := 1; i <= repeat; i++ {
-		for level, name := range statusShapes {
+		for k := range statusShapes {
+			// Every other repeat goes backwards, so that a drift within a pass (load, the store) does not always
+			// land on the same rows.
+			level := k
+			if i%2 == 0 {
+				level = len(statusShapes) - 1 - k
+			}
+			name := statusShapes[level]
 			r, claimB, outB := b.run(t, level, n, conc)
 			t.Logf("shape %d %q, run %d: %d objects, %.1f objects/s, CPU ms/object %v, status %d/%d B (claim/outcome), stored %.0f B/object, managedFields %d B, load %s",
 				level, name, i, n, r.ObjectsPerSec, r.CPUms, claimB, outB, r.Stored.PerKey(), r.ManagedFieldsBytes, r.Load)
@@ -272,6 +279,11 @@ func (b bytesEnv) run(t *testing.T, level, n, conc int) (BytesRun, int, int) {
 	r.ManagedFieldsBytes = len(mf)
 	claimB, outB := len(envtestutil.JSON(claimed(&one))), len(envtestutil.JSON(one.Status))
 	removeActions(t, c, ns, conc)
+	// Compact and defragment, as a real cluster does on its schedule, so that every shape starts from a store
+	// without the history of the one before.
+	if _, err := b.etcd.compactDefrag(ctx); err != nil {
+		t.Fatalf("compacting etcd between shapes: %v", err)
+	}
 	return r, claimB, outB
 }
 
