@@ -226,6 +226,77 @@ type AttemptRecord struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	RetryAfter string `json:"retryAfter,omitempty"`
+
+	// traceID is the W3C trace id (32 lower-case hex digits) of the attempt's span, when the manager traces; `kubectl actionledger history` prints it. It is never derived from the idempotency key.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{32}$`
+	TraceID string `json:"traceID,omitempty"`
+}
+
+// DeadLetterState is where the delivery of an action's dead-letter record stands.
+// +kubebuilder:validation:Enum=Pending;Delivering;Delivered;Failed;Uncertain;Refused
+type DeadLetterState string
+
+const (
+	// DeadLetterPending: the record is due and waits for its next delivery attempt (nextAttemptAt).
+	DeadLetterPending DeadLetterState = "Pending"
+	// DeadLetterDelivering: a delivery attempt is claimed (claim) and may be in flight.
+	DeadLetterDelivering DeadLetterState = "Delivering"
+	// DeadLetterDelivered: the sink accepted the record (a 2xx); final.
+	DeadLetterDelivered DeadLetterState = "Delivered"
+	// DeadLetterFailed: the sink refused the record (a 4xx not retried) or its retry policy ran out; final.
+	DeadLetterFailed DeadLetterState = "Failed"
+	// DeadLetterUncertain: a delivery may have reached a sink that does not deduplicate and nothing can prove it
+	// either way, so it is not sent again (DESIGN rule 3); final.
+	DeadLetterUncertain DeadLetterState = "Uncertain"
+	// DeadLetterRefused: the sink cannot be used (missing, namespace not admitted, egress denied, Secrets not
+	// allowed); nothing was sent. Checked again while the action is kept.
+	DeadLetterRefused DeadLetterState = "Refused"
+)
+
+// DeadLetterStatus is the ledger of the one dead-letter record of an action: claimed before each delivery attempt and recorded after it, like an action's own attempts.
+type DeadLetterStatus struct {
+	// sink is the sink's identity: Destination/<namespace>/<name> or ClusterDestination/<name>.
+	// +kubebuilder:validation:MaxLength=512
+	Sink string `json:"sink"`
+	// idempotencyKey is the key sent to the sink and the CloudEvent's id: the action's key followed by /dead-letter.
+	// +kubebuilder:validation:MaxLength=512
+	IdempotencyKey string `json:"idempotencyKey"`
+	// phase is the action's phase the record reports.
+	Phase Phase `json:"phase"`
+	// state is Pending, Delivering, Delivered, Failed, Uncertain or Refused.
+	State DeadLetterState `json:"state"`
+	// attempts is the number of delivery attempts claimed so far.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// claim is the delivery attempt that is open now, if any (written before the record is sent).
+	// +optional
+	Claim *AttemptClaim `json:"claim,omitempty"`
+	// nextAttemptAt is the earliest time of the next delivery attempt.
+	// +optional
+	NextAttemptAt *metav1.Time `json:"nextAttemptAt,omitempty"`
+	// deadline is the delivery's overall deadline: its first claim plus the sink's retryPolicy.deadline.
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
+	// deliveredAt is when the sink accepted the record.
+	// +optional
+	DeliveredAt *metav1.Time `json:"deliveredAt,omitempty"`
+	// statusCode is the sink's last HTTP status code.
+	// +optional
+	StatusCode int32 `json:"statusCode,omitempty"`
+	// errorClass is the class of the last transport failure, when no response arrived.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ErrorClass string `json:"errorClass,omitempty"`
+	// reason is a CamelCase reason: DeadLetterDelivered, DeadLetterRetrying, DeadLetterFailed, DeadLetterUncertain, or why the sink was refused (NamespaceNotAllowed, DestinationNotReady, ...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
+	// message says what happened, in short; never a secret.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // ResponseRecord is the recorded outcome of the deciding attempt.
@@ -360,6 +431,9 @@ type ExternalActionStatus struct {
 	// resolution is a person's decision, when one was made.
 	// +optional
 	Resolution *Resolution `json:"resolution,omitempty"`
+	// deadLetter is the delivery of the action's record to its destination's dead-letter sink (spec.deadLetter of the Destination), once the action ended in one of the sink's phases.
+	// +optional
+	DeadLetter *DeadLetterStatus `json:"deadLetter,omitempty"`
 	// lastError is the last failure in short form: the error class or status code, and the reason. It never contains a secret.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024

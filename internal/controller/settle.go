@@ -14,12 +14,19 @@ import (
 	"github.com/actionledger/actionledger/internal/send"
 )
 
-// settle records a result held in the mailbox: an attempt's outcome (record) or a post-check's verdict
-// (recordCheck).
+// settle records a result held in the mailbox: an attempt's outcome (record), a post-check's verdict
+// (recordCheck) or a dead-letter delivery's outcome (internal/deadletter).
 func (r *ExternalActionReconciler) settle(ctx context.Context, xa *actionsv1alpha1.ExternalAction, p *send.Result) (ctrl.Result, error) {
 	if p.Check != nil {
 		p.Env.Now = r.Clock.Now()
 		return r.recordCheck(ctx, xa, p)
+	}
+	if p.DeadLetter { // a delivery of the action's dead-letter record (internal/deadletter), not an attempt
+		res, err := r.parts.deadletter.Record(ctx, xa, p)
+		if err == nil {
+			r.parts.mailbox.drop(client.ObjectKeyFromObject(xa))
+		}
+		return res, err
 	}
 	return r.record(ctx, xa, p)
 }

@@ -59,6 +59,9 @@ type Result struct {
 	// Abandoned: the send was cut because the shutdown grace ended (not by its own deadline). Its outcome is
 	// not recorded: the claim is left open and follows DESIGN rule 3 after a restart.
 	Abandoned bool
+	// DeadLetter: the result of a delivery attempt of the action's dead-letter record (internal/deadletter),
+	// recorded in status.deadLetter and never as an attempt of the action.
+	DeadLetter bool
 }
 
 // CheckResult is a post-check's answer.
