@@ -12,6 +12,7 @@ import (
 	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/send"
+	"github.com/actionledger/actionledger/internal/tracing"
 )
 
 // settle records a result held in the mailbox: an attempt's outcome (record), a post-check's verdict
@@ -42,6 +43,8 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 	nn := client.ObjectKeyFromObject(cur)
 	r.parts.mailbox.store(nn, p)
 	attempt, outcome := p.Attempt, p.Outcome
+	ctx, span := tracing.StartFrom(ctx, p.Span, "record", attempt) // a child of the attempt span (tracing.go)
+	defer span.End()
 	s := r.parts.writer.Settle(ctx, cur, func(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
 		return ledger.Record(st, attempt, outcome, p.Env)
 	})
