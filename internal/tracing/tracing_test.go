@@ -113,3 +113,26 @@ func TestOffPipelineTraceGoesOn(t *testing.T) {
 		t.Errorf("traceparent %q (None: %v)", h.Get("traceparent"), none)
 	}
 }
+
+// BenchmarkHooksOff is the cost of an attempt's tracing hooks with tracing off: go test -bench HooksOff
+// -benchmem ./internal/tracing (docs/tracing.md).
+func BenchmarkHooksOff(b *testing.B) {
+	ctx := context.Background()
+	xa := &actionsv1alpha1.ExternalAction{}
+	h := http.Header{}
+	job := dispatch.Job[*int]{Destination: "Destination/ns/d", Run: func(context.Context) *int { return nil }}
+	done := func(*int, trace.Span) {}
+	now := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		c, span := Reconcile(ctx, xa, "Destination/ns/d", now)
+		c, claim := Start(c, "claim", 1)
+		claim.End()
+		j := Attempt(c, job, http.MethodPost, done)
+		j.Run(c)
+		Inject(c, h, "")
+		_, rec := StartFrom(c, trace.SpanContext{}, "record", 1)
+		rec.End()
+		span.End()
+	}
+}
