@@ -116,6 +116,7 @@ type ActionOutputs struct {
 // ExternalActionSpec declares one business action. The object's namespace/name is the idempotency key; destinationRef, request and successWhen form its fingerprint and cannot change.
 // +kubebuilder:validation:XValidation:rule="has(self.successWhen) == has(oldSelf.successWhen)",message="spec.successWhen is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
 // +kubebuilder:validation:XValidation:rule="has(self.subject) == has(oldSelf.subject)",message="spec.subject is immutable: it decides which actions wait for each other. To act on another subject, create a new ExternalAction with a new name"
+// +kubebuilder:validation:XValidation:rule="has(self.deadLetter) == has(oldSelf.deadLetter)",message="spec.deadLetter is immutable: it decides where the action's record goes once. To use another sink, create a new ExternalAction with a new name"
 // +kubebuilder:validation:XValidation:rule="has(self.outputs) == has(oldSelf.outputs)",message="spec.outputs is immutable: the outputs are decided by the response the action records once. To write other outputs, create a new ExternalAction with a new name"
 type ExternalActionSpec struct {
 	// destinationRef names the Destination or ClusterDestination the action is sent to. It is immutable.
@@ -149,6 +150,11 @@ type ExternalActionSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.outputs is immutable: the outputs are decided by the response the action records once. To write other outputs, create a new ExternalAction with a new name"
 	Outputs *ActionOutputs `json:"outputs,omitempty"`
+
+	// deadLetter overrides the destination's spec.deadLetter for this action: where its record goes when it ends in one of the sink's phases (a Destination of this namespace, or a ClusterDestination whose namespaceSelector admits it). It is optional, immutable and not part of the fingerprint.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.deadLetter is immutable: it decides where the action's record goes once. To use another sink, create a new ExternalAction with a new name"
+	DeadLetter *DeadLetterSink `json:"deadLetter,omitempty"`
 
 	// ttlSecondsAfterFinished overrides the destination's retention.ttlAfterFinished for this action: how many seconds the finished object is kept, from 0 to 7776000 (90 days).
 	// +optional

@@ -628,6 +628,11 @@ func (in *ExternalActionSpec) DeepCopyInto(out *ExternalActionSpec) {
 		*out = new(ActionOutputs)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.DeadLetter != nil {
+		in, out := &in.DeadLetter, &out.DeadLetter
+		*out = new(DeadLetterSink)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.TTLSecondsAfterFinished != nil {
 		in, out := &in.TTLSecondsAfterFinished, &out.TTLSecondsAfterFinished
 		*out = new(int32)

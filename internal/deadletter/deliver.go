@@ -123,9 +123,12 @@ func (m *Manager) decide(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 	return ctrl.Result{}, false, nil
 }
 
-// sinkOf is spec.deadLetter of xa's destination; nil when it has none, or is gone or unusable (then no sink is
-// known, and nothing is delivered).
+// sinkOf is the action's own spec.deadLetter, else its destination's; nil when neither has one, or the
+// destination is gone or unusable (then no sink is known, and nothing is delivered).
 func (m *Manager) sinkOf(ctx context.Context, xa *actionsv1alpha1.ExternalAction) *actionsv1alpha1.DeadLetterSink {
+	if xa.Spec.DeadLetter != nil {
+		return xa.Spec.DeadLetter
+	}
 	own, err := m.Resolver.Resolve(ctx, xa)
 	if err != nil {
 		return nil

@@ -138,7 +138,7 @@ func TestDeadLetterRetriesAndRefusal(t *testing.T) {
 	rejecting, rejURL := envtestutil.DestinationServer(t, destination.Options{})
 	sink, sinkURL := envtestutil.DestinationServer(t, destination.Options{Dedup: true})
 	ns := env.Namespace(t)
-	for _, n := range []string{"flaky", "down", "outside"} {
+	for _, n := range []string{"flaky", "down", "outside", "own"} {
 		rejecting.Script(ns+"/"+n, destination.Step{Status: 422, Body: `{"error":"invalid account"}`})
 	}
 	sink.Script(ns+"/flaky"+deadletter.KeySuffix, destination.Repeat(2, destination.Step{Status: 500})...)
@@ -172,6 +172,10 @@ func TestDeadLetterRetriesAndRefusal(t *testing.T) {
 	env.Create(t, envtestutil.Action(ns, "flaky", "shop", "/orders", `{"n":1}`))
 	env.Create(t, envtestutil.Action(ns, "down", "shop", "/orders", `{"n":2}`))
 	env.Create(t, envtestutil.Action(ns, "outside", "guarded", "/orders", `{"n":3}`))
+	// An action's own spec.deadLetter overrides its destination's: the same sink, in binary mode, at another path.
+	own := envtestutil.Action(ns, "own", "shop", "/orders", `{"n":4}`)
+	own.Spec.DeadLetter = &actionsv1alpha1.DeadLetterSink{DestinationRef: actionsv1alpha1.DestinationReference{Name: "sink"}, Path: "/own-cases"}
+	env.Create(t, own)
 
 	// While retried: Pending with the 500 and the reason.
 	env.WaitFor(t, ns, "flaky", time.Minute, "a delivery retry scheduled after a 500", func(xa *actionsv1alpha1.ExternalAction) bool {
@@ -194,6 +198,15 @@ func TestDeadLetterRetriesAndRefusal(t *testing.T) {
 		t.Errorf("down: %s; want Failed after 3 attempts with status 500", envtestutil.JSON(dl))
 	}
 
+	ownXA := waitDeadLetter(t, env, ns, "own", actionsv1alpha1.DeadLetterDelivered, time.Minute)
+	ownXA.Spec.DeadLetter.Path = "/elsewhere"
+	if err := env.Client.Update(context.Background(), ownXA); err == nil || !strings.Contains(err.Error(), "spec.deadLetter is immutable") {
+		t.Errorf("changing spec.deadLetter: %v; want the immutability message", err)
+	}
+	if log := sink.RequestLog(ns + "/own" + deadletter.KeySuffix); len(log) != 1 || log[0].Path != "/own-cases" ||
+		log[0].Header.Get("Ce-Id") != ns+"/own"+deadletter.KeySuffix {
+		t.Errorf("own spec.deadLetter: %d deliveries (path %v); want one binary-mode delivery to /own-cases", len(log), log)
+	}
 	xa = waitDeadLetter(t, env, ns, "outside", actionsv1alpha1.DeadLetterRefused, time.Minute)
 	if dl := xa.Status.DeadLetter; dl.Reason != actionsv1alpha1.ReasonNamespaceNotAllowed || dl.Attempts != 0 || dl.Claim != nil {
 		t.Errorf("outside: %s; want Refused with reason NamespaceNotAllowed and nothing claimed", envtestutil.JSON(dl))
