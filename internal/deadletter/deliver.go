@@ -21,6 +21,7 @@ import (
 	"github.com/actionledger/actionledger/internal/retry"
 	"github.com/actionledger/actionledger/internal/send"
 	"github.com/actionledger/actionledger/internal/status"
+	"github.com/actionledger/actionledger/internal/tracing"
 )
 
 // Requeue delays of a delivery, named once.
@@ -199,8 +200,9 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 	if err != nil || claimed == nil {
 		return ctrl.Result{RequeueAfter: requeueClaimLost}, true, err // a Conflict: nothing is sent
 	}
-	job := m.job(claimed, s.dest, target, header, body, env)
-	p, err := m.Submit(ctx, job)
+	ctx, span := tracing.Reconcile(ctx, claimed, s.id, env.Now) // traced like an attempt (docs/tracing.md)
+	defer span.End()
+	p, err := m.Submit(ctx, tracing.Delivery(ctx, m.job(claimed, s.dest, target, header, body, env), send.Traced))
 	switch {
 	case errors.Is(err, dispatch.ErrAlreadyQueued):
 		return ctrl.Result{}, true, nil
@@ -243,6 +245,7 @@ func (m *Manager) deliver(ctx context.Context, dest *destination.Resolved, targe
 		h[k] = append([]string(nil), vs...)
 	}
 	h.Set(dest.KeyHeader, key)
+	tracing.Inject(ctx, h, dest.Spec.TraceContext)
 	red, _, err := dest.Authorize(ctx, h, body, key)
 	if err != nil {
 		return send.NotSent(m.Clock.Now(), string(destination.ErrorClass(err)), red.String(err.Error())+"; nothing was sent")

@@ -21,11 +21,21 @@ func Attempt[R any](ctx context.Context, job dispatch.Job[R], method string, don
 	if !parent.IsValid() {
 		return job
 	}
-	return wrap(parent, job, method, done)
+	return wrap(parent, job, "attempt", method, done)
+}
+
+// Delivery is Attempt for the delivery of a dead-letter record (internal/deadletter): a client span named
+// "dead-letter delivery", whose destination is the sink.
+func Delivery[R any](ctx context.Context, job dispatch.Job[R], done func(R, trace.Span)) dispatch.Job[R] {
+	parent := trace.SpanContextFromContext(ctx)
+	if !parent.IsValid() {
+		return job
+	}
+	return wrap(parent, job, "dead-letter delivery", http.MethodPost, done)
 }
 
 // wrap is Attempt's wrapped job, apart so that a job that is not traced does not escape (no allocation).
-func wrap[R any](parent trace.SpanContext, job dispatch.Job[R], method string, done func(R, trace.Span)) dispatch.Job[R] {
+func wrap[R any](parent trace.SpanContext, job dispatch.Job[R], name, method string, done func(R, trace.Span)) dispatch.Job[R] {
 	run, dest, attempt := job.Run, job.Destination, int(job.Attempt)
 	job.Run = func(jctx context.Context) R {
 		if parent.IsRemote() {
@@ -35,7 +45,7 @@ func wrap[R any](parent trace.SpanContext, job dispatch.Job[R], method string, d
 		}
 		span := trace.SpanFromContext(jctx)
 		if enabled.Load() {
-			jctx, span = tr().Start(jctx, "attempt", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+			jctx, span = tr().Start(jctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 				attribute.String(AttrDestination, dest), attribute.Int(AttrAttempt, attempt),
 				attribute.String("http.request.method", method)))
 		}

@@ -138,7 +138,14 @@ func TestTracesOverOTLP(t *testing.T) {
 	env.CreateDestination(t, ns, "quiet", shopURL, func(s *actionsv1alpha1.DestinationSpec) {
 		s.TraceContext = actionsv1alpha1.TraceContextNone
 	})
+	// A rejected action handed on to a dead-letter sink (here the same server at /cases): its delivery is traced too.
+	shop.Script(ns+"/order-4", destination.Step{Status: 422})
+	env.CreateDestination(t, ns, "cases", shopURL, nil)
+	env.CreateDestination(t, ns, "strict", shopURL, func(s *actionsv1alpha1.DestinationSpec) {
+		s.DeadLetter = &actionsv1alpha1.DeadLetterSink{DestinationRef: actionsv1alpha1.DestinationReference{Name: "cases"}, Path: "/cases"}
+	})
 	startManager(t, kubeconfig)
+	env.Create(t, envtestutil.Action(ns, "order-4", "strict", "/orders", `{"n":4}`))
 
 	env.Create(t, envtestutil.Action(ns, "order-1", "shop", "/orders", `{"n":1}`))
 	joined := envtestutil.Action(ns, "order-2", "shop", "/orders", `{"n":2}`)
@@ -234,4 +241,19 @@ func TestTracesOverOTLP(t *testing.T) {
 	if got := shop.RequestLog(ns + "/order-3")[0].Header.Values("traceparent"); len(got) != 0 {
 		t.Errorf("traceContext None: the destination got traceparent %q", got)
 	}
+
+	waitDeadLetter(t, env, ns, "order-4", actionsv1alpha1.DeadLetterDelivered, time.Minute)
+	dl := shop.RequestLog(ns + "/order-4/dead-letter")
+	sc, ok := tracing.Parent(dl[0].Header.Get("traceparent"), "")
+	if len(dl) != 1 || !ok {
+		t.Fatalf("the sink got %d deliveries, the first with traceparent %q", len(dl), dl[0].Header.Get("traceparent"))
+	}
+	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("the dead-letter delivery span exported"), func() bool {
+		for _, s := range rcv.find("dead-letter delivery", tracing.AttrDestination, "Destination/"+ns+"/cases") {
+			if hex.EncodeToString(s.GetSpanId()) == sc.SpanID().String() {
+				return true
+			}
+		}
+		return false
+	})
 }
