@@ -130,6 +130,11 @@ const (
 
 // Event reasons of status writes the API server refused as Invalid (docs/security.md).
 const (
+	// ReasonUnclaimedOutcomeDiffers (a Warning Event): two sends of a first attempt without a claim
+	// (idempotency.claim WhenUnsafe; two managers, or a manager restarted between a send and its record) were
+	// answered differently, one a success and the other not; the outcome recorded first stays. The destination's
+	// deduplication did not give both the same answer, so a person should check the effect.
+	ReasonUnclaimedOutcomeDiffers = "UnclaimedOutcomeDiffers"
 	// ReasonStatusTrimmed: the status was recorded without the destination's response body, headers and
 	// Retry-After, because the API server refused the full record.
 	ReasonStatusTrimmed = "StatusTrimmed"

@@ -284,7 +284,22 @@ type IdempotencyConfig struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	KeyFormat string `json:"keyFormat,omitempty"`
+
+	// claim says when a status write records the attempt before it is sent (the claim that a stale cache or a second manager loses with a Conflict, so that it sends nothing). Always (the default): before every send. WhenUnsafe: not before the first attempt of an action whose repeat cannot make a second effect (the destination deduplicates on the key, idempotency.supported, or the effect is Safe or Idempotent, explicitly or from the method per RFC 9110 section 9.2): that action is created, sent and recorded with one status write, and has no phase while its first attempt is out. The first attempt goes without a claim only within 2 minutes of the action's creation (or the timeout plus the claim margin, when longer); after that, and for every retry, the attempt is claimed as with Always. A manager that stops between the send and its record, or two managers at once, may send that first attempt again, always with the same key. An action whose repeat is unsafe is always claimed.
+	// +optional
+	// +kubebuilder:validation:Enum=Always;WhenUnsafe
+	Claim ClaimPolicy `json:"claim,omitempty"`
 }
+
+// ClaimPolicy says when an attempt is claimed in status before it is sent (idempotency.claim).
+type ClaimPolicy string
+
+const (
+	// ClaimAlways claims every attempt before it is sent (the default).
+	ClaimAlways ClaimPolicy = "Always"
+	// ClaimWhenUnsafe skips the claim of a first attempt whose repeat is safe.
+	ClaimWhenUnsafe ClaimPolicy = "WhenUnsafe"
+)
 
 // ReconciliationCheck is the post-check: a request the controller sends when an attempt's outcome is uncertain and repeating it is not safe, to ask the destination whether the effect happened. The request is sent without a body. Its answer is judged by two CEL expressions that see `response`, with `response.statusCode` (int), `response.headers` (a map from lower-case header names to values) and `response.body` (the parsed JSON, or the text).
 type ReconciliationCheck struct {

@@ -54,8 +54,9 @@ func TestActionRunsOnceAndRecordsOutcome(t *testing.T) {
 	if ready == nil || ready.Status != metav1.ConditionTrue || ready.ObservedGeneration != xa.Generation {
 		t.Errorf("Ready condition = %+v", ready)
 	}
-	if !meta.IsStatusConditionFalse(xa.Status.Conditions, actionsv1alpha1.ConditionStalled) ||
-		!meta.IsStatusConditionFalse(xa.Status.Conditions, actionsv1alpha1.ConditionReconciling) {
+	// The lean happy path: Ready alone; Reconciling and Stalled (abnormal-true) are removed, not set False.
+	if len(xa.Status.Conditions) != 1 || meta.FindStatusCondition(xa.Status.Conditions, actionsv1alpha1.ConditionStalled) != nil ||
+		meta.FindStatusCondition(xa.Status.Conditions, actionsv1alpha1.ConditionReconciling) != nil {
 		t.Errorf("conditions = %+v", xa.Status.Conditions)
 	}
 
@@ -149,7 +150,7 @@ func TestSecretInAnotherNamespaceRefused(t *testing.T) {
 	env.StartManager(t, app.Options{})
 	env.Create(t, envtestutil.Action(ns, "pay-sec", "payments", "/charges", `{"amount":1}`))
 	xa := env.WaitFor(t, ns, "pay-sec", 30*time.Second, "SecretNotAllowed condition", func(x *actionsv1alpha1.ExternalAction) bool {
-		c := meta.FindStatusCondition(x.Status.Conditions, actionsv1alpha1.ConditionReconciling)
+		c := meta.FindStatusCondition(x.Status.Conditions, actionsv1alpha1.ConditionStalled)
 		return c != nil && c.Reason == actionsv1alpha1.ReasonSecretNotAllowed
 	})
 	if srv.Summary().Requests != 0 {

@@ -23,7 +23,8 @@ import (
 )
 
 // stalledOn reports whether xa waits on its destination the way kstatus and the ERROR column need it:
-// phase Pending (not terminal), Stalled=True with reason, Reconciling=False, Ready=False, lastError set,
+// phase Pending (not terminal), Stalled=True with reason, no Reconciling (abnormal-true: removed while not
+// True), Ready=False, lastError set,
 // no nextAttemptAt, nothing attempted.
 func stalledOn(xa *actionsv1alpha1.ExternalAction, reason string) bool {
 	st := &xa.Status
@@ -32,7 +33,7 @@ func stalledOn(xa *actionsv1alpha1.ExternalAction, reason string) bool {
 		return c != nil && c.Status == s && c.Reason == reason && c.ObservedGeneration == xa.Generation
 	}
 	return st.Phase == actionsv1alpha1.PhasePending && is(actionsv1alpha1.ConditionStalled, metav1.ConditionTrue) &&
-		is(actionsv1alpha1.ConditionReconciling, metav1.ConditionFalse) && is(actionsv1alpha1.ConditionReady, metav1.ConditionFalse) &&
+		meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReconciling) == nil && is(actionsv1alpha1.ConditionReady, metav1.ConditionFalse) &&
 		st.LastError != "" && st.NextAttemptAt == nil && st.Attempts == 0
 }
 

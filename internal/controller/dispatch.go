@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -46,12 +47,49 @@ type Dispatcher interface {
 
 // mailbox holds results not yet written (DESIGN rule 2): handed back by the dispatcher, or kept after a
 // failed write. Recorded before anything else is decided, never re-sent.
-type mailbox struct{ m sync.Map } // types.NamespacedName -> *send.Result
+//
+// It also remembers the outcomes of unclaimed attempts it wrote (written) until the informer cache shows
+// them: with no claim to lose a Conflict, a reconcile on a cached copy older than that write would send again.
+type mailbox struct {
+	m       sync.Map // types.NamespacedName -> *send.Result
+	written sync.Map // types.NamespacedName -> writtenAt
+}
+
+// writtenAt identifies the object version an unclaimed outcome was written as.
+type writtenAt struct {
+	uid             types.UID
+	resourceVersion string
+}
 
 func newMailbox() *mailbox { return &mailbox{} }
 
 func (b *mailbox) store(nn types.NamespacedName, p *send.Result) { b.m.Store(nn, p) }
 func (b *mailbox) drop(nn types.NamespacedName)                  { b.m.Delete(nn) }
+
+// wrote remembers that xa is the version written with an unclaimed attempt's outcome.
+func (b *mailbox) wrote(xa *actionsv1alpha1.ExternalAction) {
+	b.written.Store(client.ObjectKeyFromObject(xa), writtenAt{uid: xa.UID, resourceVersion: xa.ResourceVersion})
+}
+
+// behind reports whether xa is a copy older than the version this manager wrote with an unclaimed outcome:
+// same object, no attempt recorded in it yet, another resourceVersion. Once the cache has caught up (or the
+// object is another one) the memory is dropped.
+func (b *mailbox) behind(xa *actionsv1alpha1.ExternalAction) bool {
+	nn := client.ObjectKeyFromObject(xa)
+	v, ok := b.written.Load(nn)
+	if !ok {
+		return false
+	}
+	w := v.(writtenAt)
+	if w.uid == xa.UID && w.resourceVersion != xa.ResourceVersion && xa.Status.Attempts == 0 {
+		return true
+	}
+	b.written.Delete(nn)
+	return false
+}
+
+// forgetWritten drops what wrote remembers of nn (the object is gone).
+func (b *mailbox) forgetWritten(nn types.NamespacedName) { b.written.Delete(nn) }
 func (b *mailbox) load(nn types.NamespacedName) (*send.Result, bool) {
 	v, ok := b.m.Load(nn)
 	if !ok {

@@ -207,6 +207,12 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		log.FromContext(ctx).V(1).Info("an attempt is in flight in the dispatcher; waiting for its outcome")
 		return ctrl.Result{RequeueAfter: requeueInFlight}, nil
 	}
+	// The cache is behind the outcome of an unclaimed attempt this manager wrote: wait for it (its watch event
+	// wakes the object), since no claim would stop a second send.
+	if r.parts.mailbox.behind(xa) {
+		log.FromContext(ctx).V(1).Info("the cache is behind a recorded outcome; waiting for it")
+		return ctrl.Result{RequeueAfter: requeueInFlight}, nil
+	}
 	if !xa.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, xa)
 	}
@@ -228,6 +234,7 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 // behind it do not wait for its grace to end).
 func (r *ExternalActionReconciler) forget(nn types.NamespacedName) {
 	r.parts.mailbox.drop(nn)
+	r.parts.mailbox.forgetWritten(nn)
 	r.Limiter.ForgetKey(nn.Namespace + "/" + nn.Name)
 	if !r.Dispatcher.Holds(nn) {
 		r.parts.outputs.Forget(nn)

@@ -309,9 +309,13 @@ func (a *active) admit(context.Context) *wait {
 	return &wait{step: ledger.Delayed(&xa.Status, apiReason, msg, until, a.f.env), destID: dest.ID}
 }
 
-// claimAndSend writes the claim (DESIGN rule 1) and only then hands the send to the dispatcher (rule 10).
+// claimAndSend writes the claim (DESIGN rule 1) and only then hands the send to the dispatcher (rule 10). An
+// unclaimed step (idempotency.claim WhenUnsafe, a repeat-safe first attempt) is sent with its claim in memory.
 func (a *active) claimAndSend(ctx context.Context) (ctrl.Result, error) {
 	r, xa, f := a.r, a.xa, &a.f
+	if f.step.Unclaimed {
+		return a.sendUnclaimed(ctx)
+	}
 	logger := log.FromContext(ctx)
 	attempt := f.step.Status.Claim.Attempt
 	ctx, span := tracing.Reconcile(ctx, xa, f.dest.ID, f.now) // reconcile -> claim -> attempt (tracing.go)
@@ -350,6 +354,28 @@ func (a *active) claim(ctx context.Context, attempt int32) (*actionsv1alpha1.Ext
 	claimed, err := a.r.parts.writer.Claim(ctx, a.xa, a.f.step)
 	tracing.Fail(span, err)
 	return claimed, err
+}
+
+// sendUnclaimed hands a repeat-safe first attempt to the dispatcher without writing its claim: create, send,
+// one outcome write. A repeat cannot make a second effect, and ledger.ClaimlessWindow bounds how often a
+// manager that dies before the record can send it again.
+func (a *active) sendUnclaimed(ctx context.Context) (ctrl.Result, error) {
+	r, f := a.r, &a.f
+	sent := a.xa.DeepCopy()
+	sent.Status = *f.step.Status
+	log.FromContext(ctx).V(1).Info("dispatching without a claim (idempotency.claim WhenUnsafe)", "attempt", sent.Status.Claim.Attempt,
+		"destination", f.dest.ID)
+	ctx, span := tracing.Reconcile(ctx, a.xa, f.dest.ID, f.now) // reconcile -> attempt, no claim span (tracing.go)
+	defer span.End()
+	job := r.parts.sender.UnclaimedJob(sent, f.dest, f.target, f.body, f.env, f.env.Margin())
+	p, err := r.submit(ctx, tracing.Attempt(ctx, job, destination.Method(a.xa), send.Traced))
+	switch {
+	case errors.Is(err, dispatch.ErrAlreadyQueued):
+		return ctrl.Result{RequeueAfter: requeueInFlight}, nil
+	case p != nil: // back already, or refused by the dispatcher (not sent)
+		return r.record(ctx, a.xa, p)
+	}
+	return requeueAt(sent.Status.Claim.ExpiresAt.Time, r.Clock.Now()), nil
 }
 
 // postCheck asks the destination's reconciliation post-check about an uncertain attempt (DESIGN rule 3). The

@@ -11,6 +11,7 @@ import (
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/retry"
 	"github.com/actionledger/actionledger/internal/send"
 	"github.com/actionledger/actionledger/internal/tracing"
 )
@@ -46,11 +47,17 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 	ctx, span := tracing.StartFrom(ctx, p.Span, "record", attempt) // a child of the attempt span (tracing.go)
 	defer span.End()
 	s := r.parts.writer.Settle(ctx, cur, func(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
+		if p.Unclaimed != nil {
+			return ledger.RecordUnclaimed(st, p.Unclaimed, outcome, p.Env)
+		}
 		return ledger.Record(st, attempt, outcome, p.Env)
 	})
 	switch {
 	case s.Written != nil:
 		r.parts.mailbox.drop(nn)
+		if p.Unclaimed != nil {
+			r.parts.mailbox.wrote(s.Written)
+		}
 		logOutcome(ctx, s.From, attempt, outcome)
 		upd := s.Written
 		if upd.Spec.Outputs != nil && upd.Status.Phase == actionsv1alpha1.PhaseSucceeded && upd.Status.Outputs == nil &&
@@ -62,6 +69,9 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 		r.parts.mailbox.drop(nn)
 		r.parts.outputs.Forget(nn)
 		log.FromContext(ctx).Info("outcome dropped: the attempt is no longer open (resolved elsewhere)", "attempt", attempt, "result", outcome.Class)
+		if p.Unclaimed != nil {
+			r.unclaimedDiffers(s.From, outcome)
+		}
 		return ctrl.Result{}, nil
 	case s.Gone:
 		r.parts.mailbox.drop(nn)
@@ -84,6 +94,21 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 		return r.finalizeWithOutcome(ctx, s.Unwritten)
 	}
 	return ctrl.Result{}, fmt.Errorf("recording the outcome of attempt %d (kept in memory, will retry the write): %w", attempt, s.Err)
+}
+
+// unclaimedDiffers warns (UnclaimedOutcomeDiffers) when the dropped outcome of an unclaimed first attempt and
+// the outcome recorded first disagree on success: two sends of the same key were answered differently, so
+// the recorded phase may not match the destination's effect. Without a claim such sends can overlap (two
+// managers, or a restart between a send and its record); the first record stays.
+func (r *ExternalActionReconciler) unclaimedDiffers(recorded *actionsv1alpha1.ExternalAction, dropped ledger.Outcome) {
+	if recorded == nil || !recorded.Status.Phase.Terminal() ||
+		(recorded.Status.Phase == actionsv1alpha1.PhaseSucceeded) == (dropped.Class == retry.ClassSuccess) {
+		return
+	}
+	r.parts.writer.Event(recorded, &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonUnclaimedOutcomeDiffers,
+		Message: fmt.Sprintf("another send of this key without a claim was answered %s (status %d), but %s was recorded first "+
+			"and stays: the destination did not answer both sends alike; check whether its effect happened",
+			dropped.Class, dropped.StatusCode, recorded.Status.Phase)})
 }
 
 // finalizeWithOutcome finalizes an object being deleted whose outcome, held in memory, could not be written:

@@ -38,8 +38,8 @@ func countingServer(t *testing.T) (*destination.Server, string, *atomic.Int64) {
 	return srv, ts.URL, &n
 }
 
-func reconcilingReason(xa *actionsv1alpha1.ExternalAction) string {
-	if c := meta.FindStatusCondition(xa.Status.Conditions, actionsv1alpha1.ConditionReconciling); c != nil {
+func stalledReason(xa *actionsv1alpha1.ExternalAction) string {
+	if c := meta.FindStatusCondition(xa.Status.Conditions, actionsv1alpha1.ConditionStalled); c != nil {
 		return c.Reason
 	}
 	return ""
@@ -87,9 +87,9 @@ func TestClusterDestinationNamespaceSelector(t *testing.T) {
 	xa.Spec.DestinationRef.Kind = "ClusterDestination"
 	env.Create(t, xa)
 	got := env.WaitFor(t, ns, "sel-1", 30*time.Second, "reason NamespaceNotAllowed", func(x *actionsv1alpha1.ExternalAction) bool {
-		return reconcilingReason(x) == actionsv1alpha1.ReasonNamespaceNotAllowed
+		return stalledReason(x) == actionsv1alpha1.ReasonNamespaceNotAllowed
 	})
-	c := meta.FindStatusCondition(got.Status.Conditions, actionsv1alpha1.ConditionReconciling)
+	c := meta.FindStatusCondition(got.Status.Conditions, actionsv1alpha1.ConditionStalled)
 	if !strings.Contains(c.Message, cdName) || !strings.Contains(c.Message, ns) {
 		t.Errorf("condition message %q does not name the ClusterDestination and the namespace", c.Message)
 	}
@@ -191,7 +191,7 @@ func TestInsecureSkipVerifyNeedsTheFlag(t *testing.T) {
 
 	env.Create(t, envtestutil.Action(ns, "tls-off", "insecure", "/orders", `{"n":1}`))
 	xa := env.WaitFor(t, ns, "tls-off", 30*time.Second, "reason InsecureSkipVerifyNotAllowed", func(x *actionsv1alpha1.ExternalAction) bool {
-		return reconcilingReason(x) == actionsv1alpha1.ReasonInsecureSkipVerifyNotAllowed
+		return stalledReason(x) == actionsv1alpha1.ReasonInsecureSkipVerifyNotAllowed
 	})
 	if xa.Status.Phase != actionsv1alpha1.PhasePending {
 		t.Errorf("phase = %q, want Pending", xa.Status.Phase)

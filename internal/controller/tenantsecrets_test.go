@@ -38,7 +38,7 @@ func TestSecretsReadAsTheDestinationsServiceAccount(t *testing.T) {
 
 	want := fmt.Sprintf("ServiceAccount %s/sender may not get Secret %s/tok", ns, ns)
 	xa := env.WaitFor(t, ns, "pay-1", 30*time.Second, "SecretNotAllowed naming the ServiceAccount", func(x *actionsv1alpha1.ExternalAction) bool {
-		c := meta.FindStatusCondition(x.Status.Conditions, actionsv1alpha1.ConditionReconciling)
+		c := meta.FindStatusCondition(x.Status.Conditions, actionsv1alpha1.ConditionStalled)
 		return c != nil && c.Reason == actionsv1alpha1.ReasonSecretNotAllowed && strings.Contains(c.Message, want)
 	})
 	if n := srv.Summary().Requests; n != 0 || xa.Status.Attempts != 0 {
@@ -75,7 +75,7 @@ func TestRequireServiceAccount(t *testing.T) {
 	stop := env.StartManager(t, app.Options{RequireServiceAccount: true})
 	env.Create(t, envtestutil.Action(ns, "pay-req", "payments", "/charges", `{"amount":1}`))
 	env.WaitFor(t, ns, "pay-req", 30*time.Second, "SecretNotAllowed for a Destination without a ServiceAccount", func(x *actionsv1alpha1.ExternalAction) bool {
-		c := meta.FindStatusCondition(x.Status.Conditions, actionsv1alpha1.ConditionReconciling)
+		c := meta.FindStatusCondition(x.Status.Conditions, actionsv1alpha1.ConditionStalled)
 		return c != nil && c.Reason == actionsv1alpha1.ReasonSecretNotAllowed && strings.Contains(c.Message, "--require-service-account")
 	})
 	destinationReady(t, ns, "payments", "SecretNotAllowed for no ServiceAccount", refusedWith("--require-service-account"))
@@ -83,7 +83,7 @@ func TestRequireServiceAccount(t *testing.T) {
 
 	env.StartManager(t, app.Options{RequireServiceAccount: true, DefaultServiceAccount: "actionledger-sender"})
 	env.WaitFor(t, ns, "pay-req", 30*time.Second, "SecretNotAllowed naming the default ServiceAccount", func(x *actionsv1alpha1.ExternalAction) bool {
-		c := meta.FindStatusCondition(x.Status.Conditions, actionsv1alpha1.ConditionReconciling)
+		c := meta.FindStatusCondition(x.Status.Conditions, actionsv1alpha1.ConditionStalled)
 		return c != nil && c.Reason == actionsv1alpha1.ReasonSecretNotAllowed &&
 			strings.Contains(c.Message, "ServiceAccount "+ns+"/actionledger-sender may not get Secret "+ns+"/tok")
 	})

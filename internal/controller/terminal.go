@@ -42,13 +42,14 @@ func (r *ExternalActionReconciler) hold(ctx context.Context, xa *actionsv1alpha1
 func (r *ExternalActionReconciler) env(xa *actionsv1alpha1.ExternalAction, dest *destination.Resolved, now time.Time) ledger.Env {
 	env := ledger.Env{
 		Now: now, Holder: r.Options.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.Options.ClaimMargin,
-		Retention: destination.DefaultTTLAfterFinished, Outputs: xa.Spec.Outputs != nil,
+		Retention: destination.DefaultTTLAfterFinished, Outputs: xa.Spec.Outputs != nil, Created: xa.CreationTimestamp.Time,
 	}
 	var deadline time.Duration
 	if dest != nil {
 		env.Policy, deadline = dest.Policy, dest.DeadlineDur
 		env.AttemptTimeout, env.Retention = dest.Timeout, dest.Retention
 		env.RepeatSafe, env.KeySupported, env.PostCheck = dest.RepeatSafe(xa), dest.KeySupported, dest.Spec.Reconciliation != nil
+		env.Claimless = dest.Claimless(xa)
 		if rc := dest.Spec.Reconciliation; rc != nil && rc.MaxChecks != nil {
 			env.MaxPostChecks = *rc.MaxChecks
 		}

@@ -139,6 +139,13 @@ func (rd *Resolved) RepeatSafe(xa *actionsv1alpha1.ExternalAction) bool {
 	return retry.RepeatSafe(string(rd.Spec.Effect), Method(xa), rd.KeySupported)
 }
 
+// Claimless reports whether the destination lets xa's first attempt go without a claim: idempotency.claim is
+// WhenUnsafe and repeating xa's request is safe (RepeatSafe).
+func (rd *Resolved) Claimless(xa *actionsv1alpha1.ExternalAction) bool {
+	idem := rd.Spec.Idempotency
+	return idem != nil && idem.Claim == actionsv1alpha1.ClaimWhenUnsafe && rd.RepeatSafe(xa)
+}
+
 // Method is the action's HTTP method, upper case (default POST).
 func Method(xa *actionsv1alpha1.ExternalAction) string {
 	if m := strings.ToUpper(xa.Spec.Request.Method); m != "" {

@@ -39,7 +39,7 @@ func TestRecordRetriedFailureWarns(t *testing.T) {
 	}
 }
 
-// Blocked: Stalled=True, Reconciling=False, Ready=False, phase kept non-terminal, lastError set, a past
+// Blocked: Stalled=True, Reconciling removed, Ready=False, phase kept non-terminal, lastError set, a past
 // nextAttemptAt cleared (a future one kept), no write when nothing changes; Unblock undoes it.
 func TestBlockedAndUnblock(t *testing.T) {
 	env := testEnv()
@@ -50,8 +50,11 @@ func TestBlockedAndUnblock(t *testing.T) {
 	if b == nil || b.Phase != actionsv1alpha1.PhasePending || b.NextAttemptAt != nil || !strings.Contains(b.LastError, "paymnts") {
 		t.Fatalf("blocked = %+v", b)
 	}
+	if c := cond(b, actionsv1alpha1.ConditionReconciling); c != nil {
+		t.Errorf("Reconciling = %+v, want it removed while stalled", c)
+	}
 	for typ, want := range map[string]metav1.ConditionStatus{actionsv1alpha1.ConditionStalled: metav1.ConditionTrue,
-		actionsv1alpha1.ConditionReconciling: metav1.ConditionFalse, actionsv1alpha1.ConditionReady: metav1.ConditionFalse} {
+		actionsv1alpha1.ConditionReady: metav1.ConditionFalse} {
 		if c := cond(b, typ); c == nil || c.Status != want || c.Reason != actionsv1alpha1.ReasonDestinationNotReady || c.ObservedGeneration != 3 {
 			t.Errorf("%s = %+v, want %s/DestinationNotReady", typ, c, want)
 		}

@@ -23,6 +23,10 @@ const (
 	HistoryLimit = 10
 	// DefaultAttemptTimeout is a destination's per-attempt timeout when spec.timeout is not set.
 	DefaultAttemptTimeout = 30 * time.Second
+	// ClaimlessWindow is how long after an action's creation its first attempt may go without a claim
+	// (Env.Claimless); at least the attempt timeout plus the claim margin. It bounds what a crash-looping manager
+	// can send again (docs/concepts.md "Sends without a claim").
+	ClaimlessWindow = 2 * time.Minute
 	// DefaultClaimMargin is added to the attempt timeout to form a claim's expiry when Env.ClaimMargin is
 	// not positive (--claim-margin default): the time to record the outcome.
 	DefaultClaimMargin = 5 * time.Second
@@ -44,6 +48,10 @@ type Env struct {
 	ClaimMargin time.Duration
 	// RepeatSafe: effect Safe or Idempotent, or the destination dedups on the key (CONTRACT).
 	RepeatSafe bool
+	// Claimless: the destination lets this repeat-safe action's first attempt go without a claim
+	// (idempotency.claim WhenUnsafe); Created is the object's creationTimestamp, the start of ClaimlessWindow.
+	Claimless bool
+	Created   time.Time
 	// KeySupported: the destination dedups on the key (a 409 then means "still in progress").
 	KeySupported bool
 	// PostCheck: the destination has a reconciliation post-check.
@@ -101,6 +109,9 @@ type Step struct {
 	Status *actionsv1alpha1.ExternalActionStatus
 	// Event is emitted after a successful write (or at once when Status is nil).
 	Event *Event
+	// Unclaimed (KindSend only): Status holds the attempt's claim in memory only. The controller sends without
+	// writing it, and the outcome is recorded with RecordUnclaimed (idempotency.claim WhenUnsafe).
+	Unclaimed bool
 }
 
 // Outcome is what one attempt produced, as classified by the retry package.
@@ -207,7 +218,34 @@ func claim(cur *actionsv1alpha1.ExternalActionStatus, env Env) Step {
 	st.NextAttemptAt = nil
 	setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonAttemptInProgress,
 		fmt.Sprintf("attempt %d claimed by %s", st.Attempts, env.Holder), env)
-	return Step{Kind: KindSend, Status: st}
+	return Step{Kind: KindSend, Status: st, Unclaimed: unclaimed(cur, env, timeout+margin)}
+}
+
+// unclaimed reports whether the first attempt of cur may be sent without a claim: the destination allows it
+// for this repeat-safe action (env.Claimless), no attempt was recorded yet, and the action is younger than
+// ClaimlessWindow (or than window, the attempt timeout plus the claim margin, when that is longer).
+func unclaimed(cur *actionsv1alpha1.ExternalActionStatus, env Env, window time.Duration) bool {
+	if !env.Claimless || !env.RepeatSafe || cur.Attempts != 0 || cur.Claim != nil || env.Created.IsZero() {
+		return false
+	}
+	return env.Now.Before(env.Created.Add(max(ClaimlessWindow, window)))
+}
+
+// RecordUnclaimed applies the outcome of a first attempt sent without a claim (Step.Unclaimed): sent is the
+// status it was decided on, holding the claim in memory. It returns ok=false when cur shows that an attempt
+// was recorded or claimed meanwhile (another manager got there first), so the caller drops the outcome.
+// The attempt is counted here, at the outcome write.
+func RecordUnclaimed(cur, sent *actionsv1alpha1.ExternalActionStatus, o Outcome, env Env) (Step, bool) {
+	if cur.Claim != nil || cur.Attempts != 0 || cur.Phase.Terminal() || sent == nil || sent.Claim == nil {
+		return Step{}, false
+	}
+	st := cur.DeepCopy()
+	if st.Fingerprint == "" {
+		st.IdempotencyKey, st.Fingerprint, st.Deadline = sent.IdempotencyKey, sent.Fingerprint, sent.Deadline
+	}
+	st.Claim = sent.Claim.DeepCopy()
+	st.Attempts = st.Claim.Attempt
+	return Record(st, st.Claim.Attempt, o, env)
 }
 
 // Record applies the outcome of attempt (DESIGN rule 2). It returns ok=false, and no step, when the status no
@@ -228,7 +266,9 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 		RetryAfter: o.RetryAfter,
 		TraceID:    o.TraceID,
 	}
-	upsertHistory(st, rec)
+	if !firstSuccess(st, attempt, o) || Traced(o) { // a traced attempt keeps its entry, for its trace id
+		upsertHistory(st, rec)
+	}
 	if o.Response != nil {
 		st.Response = o.Response.DeepCopy()
 	}
@@ -536,17 +576,7 @@ func WaitForSubject(cur *actionsv1alpha1.ExternalActionStatus, reason, msg strin
 	setPhase(st, phase, reason, msg, env)
 	step := Step{Kind: KindWait, Status: st}
 	if reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown {
-		for _, c := range []struct {
-			t  string
-			on bool
-		}{{actionsv1alpha1.ConditionReconciling, false}, {actionsv1alpha1.ConditionStalled, true}} {
-			s := metav1.ConditionFalse
-			if c.on {
-				s = metav1.ConditionTrue
-			}
-			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: c.t, Status: s, Reason: reason, Message: msg,
-				ObservedGeneration: env.Generation, LastTransitionTime: metav1.NewTime(env.Now)})
-		}
+		setAbnormal(st, false, true, reason, truncate(msg), env)
 	}
 	if prev != reason {
 		step.Event = &Event{Warning: reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown, Reason: reason, Message: msg}
@@ -577,12 +607,8 @@ func Blocked(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, env 
 	st.Phase = phase
 	st.ObservedGeneration = env.Generation
 	m := truncate(msg)
-	for _, c := range []struct {
-		t  string
-		on bool
-	}{{actionsv1alpha1.ConditionReady, false}, {actionsv1alpha1.ConditionReconciling, false}, {actionsv1alpha1.ConditionStalled, true}} {
-		setCond(st, c.t, c.on, reason, m, env)
-	}
+	setCond(st, actionsv1alpha1.ConditionReady, false, reason, m, env)
+	setAbnormal(st, false, true, reason, m, env)
 	return Step{Kind: KindWait, Status: st}
 }
 
@@ -638,6 +664,15 @@ func ObserveFinished(cur *actionsv1alpha1.ExternalActionStatus, env Env) *action
 		note += " spec.retryPolicy applies only to an attempt a person asks for (" + actionsv1alpha1.AnnotationResolve + "=retry)"
 	default:
 		note += " spec.retryPolicy no longer applies: no attempt is made for a finished action"
+	}
+	if meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReconciling) == nil {
+		// A finished action carries no Reconciling condition (setPhase); the note of an edit goes into one that is
+		// False, with the outcome's reason.
+		reason := st.Phase
+		if c := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReady); c != nil {
+			reason = actionsv1alpha1.Phase(c.Reason)
+		}
+		setCond(st, actionsv1alpha1.ConditionReconciling, false, string(reason), "", env)
 	}
 	for i := range st.Conditions {
 		c := &st.Conditions[i]
@@ -698,26 +733,39 @@ func expiry(st *actionsv1alpha1.ExternalActionStatus) time.Time {
 	return st.ExpiresAt.Time
 }
 
-// setPhase sets the phase and the three conditions as kstatus reads them: Ready True only in Succeeded;
-// Reconciling True in Pending and InProgress; Stalled True in Failed, Exhausted, OutcomeUnknown and Conflict.
+// setPhase sets the phase and the conditions as kstatus reads them: Ready True only in Succeeded; Reconciling
+// True in Pending and InProgress; Stalled True in Failed, Exhausted, OutcomeUnknown and Conflict. Reconciling
+// and Stalled are abnormal-true conditions (kstatus): present only while True, removed otherwise, as Flux
+// does, so that a finished action carries Ready alone (the lean happy path, issue 24).
 func setPhase(st *actionsv1alpha1.ExternalActionStatus, phase actionsv1alpha1.Phase, reason, msg string, env Env) {
 	st.Phase = phase
 	st.ObservedGeneration = env.Generation
 	msg = truncate(msg)
-	set := func(t string, on bool, r, m string) { setCond(st, t, on, r, m, env) }
 	switch phase {
 	case actionsv1alpha1.PhaseSucceeded:
-		set(actionsv1alpha1.ConditionReady, true, reason, msg)
-		set(actionsv1alpha1.ConditionReconciling, false, reason, "finished")
-		set(actionsv1alpha1.ConditionStalled, false, reason, "finished")
+		setCond(st, actionsv1alpha1.ConditionReady, true, reason, msg, env)
+		setAbnormal(st, false, false, reason, msg, env)
 	case actionsv1alpha1.PhasePending, actionsv1alpha1.PhaseInProgress:
-		set(actionsv1alpha1.ConditionReady, false, reason, msg)
-		set(actionsv1alpha1.ConditionReconciling, true, reason, msg)
-		set(actionsv1alpha1.ConditionStalled, false, reason, "making progress")
+		setCond(st, actionsv1alpha1.ConditionReady, false, reason, msg, env)
+		setAbnormal(st, true, false, reason, msg, env)
 	default:
-		set(actionsv1alpha1.ConditionReady, false, reason, msg)
-		set(actionsv1alpha1.ConditionReconciling, false, reason, "stopped")
-		set(actionsv1alpha1.ConditionStalled, true, reason, msg)
+		setCond(st, actionsv1alpha1.ConditionReady, false, reason, msg, env)
+		setAbnormal(st, false, true, reason, msg, env)
+	}
+}
+
+// setAbnormal sets the abnormal-true conditions: Reconciling and Stalled True with reason and msg when asked,
+// removed when not (kstatus reads an absent one as False).
+func setAbnormal(st *actionsv1alpha1.ExternalActionStatus, reconciling, stalled bool, reason, msg string, env Env) {
+	for _, c := range []struct {
+		t  string
+		on bool
+	}{{actionsv1alpha1.ConditionReconciling, reconciling}, {actionsv1alpha1.ConditionStalled, stalled}} {
+		if c.on {
+			setCond(st, c.t, true, reason, msg, env)
+		} else {
+			meta.RemoveStatusCondition(&st.Conditions, c.t)
+		}
 	}
 }
 
@@ -757,13 +805,11 @@ func SettleOutputs(cur *actionsv1alpha1.ExternalActionStatus, out actionsv1alpha
 	ok := out.Reason == actionsv1alpha1.ReasonOutputsWritten || out.Reason == actionsv1alpha1.ReasonOutputsRetained
 	setCond(st, actionsv1alpha1.ConditionOutputsReady, ok, out.Reason, msg, env)
 	setCond(st, actionsv1alpha1.ConditionReady, ok, out.Reason, msg, env)
-	setCond(st, actionsv1alpha1.ConditionReconciling, false, out.Reason, "finished", env)
+	setAbnormal(st, false, !ok, out.Reason, msg, env)
 	step := Step{Kind: KindNone, Status: st, At: expiry(st)}
 	if ok {
-		setCond(st, actionsv1alpha1.ConditionStalled, false, out.Reason, "finished", env)
 		return step
 	}
-	setCond(st, actionsv1alpha1.ConditionStalled, true, out.Reason, msg, env)
 	step.Event = &Event{Warning: true, Reason: out.Reason, Message: msg}
 	return step
 }
@@ -795,6 +841,12 @@ func upsertHistory(st *actionsv1alpha1.ExternalActionStatus, rec actionsv1alpha1
 	if n := len(st.AttemptHistory); n > HistoryLimit {
 		st.AttemptHistory = append([]actionsv1alpha1.AttemptRecord(nil), st.AttemptHistory[n-HistoryLimit:]...)
 	}
+}
+
+// firstSuccess reports whether o is the success of a first attempt with no history before it: the lean happy
+// path keeps no attemptHistory entry for it (attempts, response.statusCode and completedAt say it all).
+func firstSuccess(st *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome) bool {
+	return o.Class == retry.ClassSuccess && attempt == 1 && len(st.AttemptHistory) == 0
 }
 
 func hasHistory(st *actionsv1alpha1.ExternalActionStatus, n int32) bool {

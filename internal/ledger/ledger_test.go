@@ -47,11 +47,27 @@ func claimed(env Env, n int32) *actionsv1alpha1.ExternalActionStatus {
 
 func mt(t time.Time) metav1.Time { return metav1.NewTime(t) }
 
-// checkConditions asserts Ready/Reconciling/Stalled for the phase, with observedGeneration.
+// checkAbnormalTrue asserts that Stalled is never False (it is removed instead), nor Reconciling False but on a
+// finished action's observed edit (its message then starts "finished (").
+func checkAbnormalTrue(t *testing.T, st *actionsv1alpha1.ExternalActionStatus) {
+	t.Helper()
+	if c := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionStalled); c != nil && c.Status != metav1.ConditionTrue {
+		t.Errorf("phase %s: Stalled is %s; an abnormal-true condition is removed, not set False", st.Phase, c.Status)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReconciling); c != nil && c.Status != metav1.ConditionTrue &&
+		!strings.HasPrefix(c.Message, "finished (") {
+		t.Errorf("phase %s: Reconciling is %s (%q); an abnormal-true condition is removed, not set False", st.Phase, c.Status, c.Message)
+	}
+}
+
+// checkConditions asserts Ready/Reconciling/Stalled for the phase, with observedGeneration: Ready always,
+// Reconciling and Stalled (abnormal-true) only while True, except a Reconciling False that notes the edit of a
+// finished action (ObserveFinished).
 //
 //nolint:unparam // gen is the generation under test, spelled out at each call rather than implied.
 func checkConditions(t *testing.T, st *actionsv1alpha1.ExternalActionStatus, gen int64) {
 	t.Helper()
+	checkAbnormalTrue(t, st)
 	var want map[string]bool
 	switch st.Phase {
 	case actionsv1alpha1.PhaseSucceeded:
@@ -64,7 +80,9 @@ func checkConditions(t *testing.T, st *actionsv1alpha1.ExternalActionStatus, gen
 	for _, ct := range []string{actionsv1alpha1.ConditionReady, actionsv1alpha1.ConditionReconciling, actionsv1alpha1.ConditionStalled} {
 		c := meta.FindStatusCondition(st.Conditions, ct)
 		if c == nil {
-			t.Errorf("phase %s: condition %s missing", st.Phase, ct)
+			if ct == actionsv1alpha1.ConditionReady || want[ct] {
+				t.Errorf("phase %s: condition %s missing", st.Phase, ct)
+			}
 			continue
 		}
 		if (c.Status == metav1.ConditionTrue) != want[ct] {
@@ -307,14 +325,7 @@ func TestRecord(t *testing.T) {
 			if got.Attempts != 1 || got.IdempotencyKey != "ns/a" {
 				t.Errorf("attempts %d key %q", got.Attempts, got.IdempotencyKey)
 			}
-			if len(got.AttemptHistory) != 1 {
-				t.Fatalf("history = %+v", got.AttemptHistory)
-			}
-			h := got.AttemptHistory[0]
-			if h.Number != 1 || h.Result != string(o.Class) || int(h.StatusCode) != o.StatusCode || h.ErrorClass != o.ErrorClass ||
-				h.RetryAfter != o.RetryAfter || h.FinishedAt == nil || !h.FinishedAt.Time.Equal(later) || !h.StartedAt.Time.Equal(t0) {
-				t.Errorf("history record = %+v", h)
-			}
+			checkHistory(t, got, o, later)
 			c := meta.FindStatusCondition(got.Conditions, actionsv1alpha1.ConditionReady)
 			if c == nil || c.Reason != tc.wantReason {
 				t.Errorf("Ready condition = %+v, want reason %s", c, tc.wantReason)
@@ -334,6 +345,27 @@ func TestRecord(t *testing.T) {
 				t.Errorf("OutcomeUnknown: event %+v expiresAt %v", step.Event, got.ExpiresAt)
 			}
 		})
+	}
+}
+
+// checkHistory asserts the attempt-history entry Record wrote for o: none for a first attempt's success (the
+// lean happy path: attempts and the response say it; TestHistoryOnlyBeyondAFirstSuccess has the rest), else
+// one entry with o's result, code, error class, Retry-After and times.
+func checkHistory(t *testing.T, got *actionsv1alpha1.ExternalActionStatus, o Outcome, finished time.Time) {
+	t.Helper()
+	if o.Class == retry.ClassSuccess {
+		if len(got.AttemptHistory) != 0 {
+			t.Errorf("history = %+v, want none for a first attempt's success", got.AttemptHistory)
+		}
+		return
+	}
+	if len(got.AttemptHistory) != 1 {
+		t.Fatalf("history = %+v", got.AttemptHistory)
+	}
+	h := got.AttemptHistory[0]
+	if h.Number != 1 || h.Result != string(o.Class) || int(h.StatusCode) != o.StatusCode || h.ErrorClass != o.ErrorClass ||
+		h.RetryAfter != o.RetryAfter || h.FinishedAt == nil || !h.FinishedAt.Time.Equal(finished) || !h.StartedAt.Time.Equal(t0) {
+		t.Errorf("history record = %+v", h)
 	}
 }
 

@@ -33,13 +33,19 @@ func (p *Plugin) getAction(ctx context.Context, name string) (*actionsv1alpha1.E
 }
 
 // History prints the action's attempts, oldest first: the finished ones from status.attemptHistory (the last
-// 10) and the open claim, if any.
+// 10) and the open claim, if any. A first attempt that succeeded has no history entry (the lean happy path):
+// it is printed from attempts, completedAt and the response, with its start unknown ("-").
 func (p *Plugin) History(ctx context.Context, name string) error {
 	xa, err := p.getAction(ctx, name)
 	if err != nil {
 		return err
 	}
 	st := &xa.Status
+	if len(st.AttemptHistory) == 0 && st.Claim == nil && st.Attempts == 1 && st.Phase == actionsv1alpha1.PhaseSucceeded &&
+		st.Response != nil && st.ReplayedFrom == nil {
+		st.AttemptHistory = []actionsv1alpha1.AttemptRecord{{Number: 1, FinishedAt: st.CompletedAt, Result: "Success",
+			StatusCode: st.Response.StatusCode}}
+	}
 	if len(st.AttemptHistory) == 0 && st.Claim == nil {
 		_, _ = fmt.Fprintf(p.Out, "No attempts yet (phase %s).\n", orPending(st.Phase))
 		return nil
@@ -58,7 +64,11 @@ func (p *Plugin) History(ctx context.Context, name string) error {
 		if a.StatusCode != 0 {
 			outcome = strconv.Itoa(int(a.StatusCode))
 		}
-		_, _ = fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, stamp(a.StartedAt.Time), finished, a.Result, dash(outcome),
+		started := "-"
+		if !a.StartedAt.IsZero() {
+			started = stamp(a.StartedAt.Time)
+		}
+		_, _ = fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, started, finished, a.Result, dash(outcome),
 			dash(a.RetryAfter), dash(a.TraceID))
 	}
 	if c := st.Claim; c != nil {

@@ -253,6 +253,20 @@ func TestHistory(t *testing.T) {
 			t.Errorf("line %d: %q, want fields %q", i, got[i], want[i])
 		}
 	}
+	// The lean happy path: a first attempt that succeeded has no history entry; it is printed from the status.
+	createAction(t, envtestutil.Action(ns, "lean", "demo", "/x", ""), func(st *actionsv1alpha1.ExternalActionStatus) {
+		st.Attempts, st.CompletedAt = 1, tsp(-time.Minute)
+		st.Response = &actionsv1alpha1.ResponseRecord{StatusCode: 201, BodySHA256: "sha256:00"}
+		withPhase(st, actionsv1alpha1.PhaseSucceeded, actionsv1alpha1.ReasonSucceeded, "succeeded")
+	})
+	out.Reset()
+	if err := p.History(context.Background(), "lean"); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 ||
+		strings.Join(strings.Fields(lines[1]), " ") != "1 - 2026-12-01T09:59:00Z Success 201 - -" {
+		t.Errorf("history of a first attempt's success:\n%s", out)
+	}
 	createAction(t, envtestutil.Action(ns, "new", "demo", "/x", ""), nil)
 	out.Reset()
 	if err := p.History(context.Background(), "new"); err != nil || !strings.Contains(out.String(), "No attempts yet (phase Pending).") {

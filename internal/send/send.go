@@ -58,6 +58,10 @@ type Result struct {
 	PauseCap time.Duration
 	// Check is set for a post-check's answer (then Outcome is unused).
 	Check *CheckResult
+	// Unclaimed is the status the attempt was decided on, holding its claim in memory only, for an attempt sent
+	// without a claim (ledger.Step.Unclaimed): its outcome is recorded with ledger.RecordUnclaimed. nil for a
+	// claimed attempt.
+	Unclaimed *actionsv1alpha1.ExternalActionStatus
 	// Abandoned: the send was cut because the shutdown grace ended (not by its own deadline). Its outcome is
 	// not recorded: the claim is left open and follows DESIGN rule 3 after a restart.
 	Abandoned bool
@@ -139,6 +143,21 @@ func Traced(p *Result, span trace.Span) {
 	}
 	p.Span, p.Outcome.TraceID = sc, sc.TraceID().String()
 	tracing.Outcome(span, p.Outcome.StatusCode, p.Outcome.ErrorClass, string(p.Outcome.Class))
+}
+
+// UnclaimedJob is Job for an attempt sent without a claim (ledger.Step.Unclaimed): sent is the action with the
+// attempt's claim in its status, in memory only; every result carries that status (Result.Unclaimed).
+func (s *Sender) UnclaimedJob(sent *actionsv1alpha1.ExternalAction, dest *destination.Resolved, target string, body []byte,
+	env ledger.Env, margin time.Duration) dispatch.Job[*Result] {
+	job := s.Job(sent, dest, target, body, env, margin)
+	run, notRun := job.Run, job.NotRun
+	mark := func(p *Result) *Result {
+		p.Unclaimed = sent.Status.DeepCopy()
+		return p
+	}
+	job.Run = func(ctx context.Context) *Result { return mark(run(ctx)) }
+	job.NotRun = func(err error) *Result { return mark(notRun(err)) }
+	return job
 }
 
 // NotRunOutcome is the outcome of a job the dispatcher handed back without a result of Run.

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
@@ -100,7 +101,8 @@ func (w *Writer) Claim(ctx context.Context, xa *actionsv1alpha1.ExternalAction, 
 }
 
 // Apply writes step.Status (if any) with the resourceVersion it was decided on and returns the object as
-// written; without a status it only emits step's Event. A Conflict or NotFound returns nil and no error:
+// written; without a status it only emits step's Event. A status equal to xa's is not written again (and its
+// Event not emitted: nothing changed). A Conflict or NotFound returns nil and no error:
 // nothing was written, nothing is emitted, and the next reconcile observes again. A refused status is a
 // Warning Event and a terminal error. destID names the destination in logs and metrics ("" derives it).
 func (w *Writer) Apply(ctx context.Context, xa *actionsv1alpha1.ExternalAction, step ledger.Step,
@@ -110,6 +112,9 @@ func (w *Writer) Apply(ctx context.Context, xa *actionsv1alpha1.ExternalAction, 
 			w.Event(xa, step.Event)
 		}
 		return xa, nil
+	}
+	if equality.Semantic.DeepEqual(xa.Status, *step.Status) {
+		return xa, nil // the same content again: nothing is written, and nothing changed to announce
 	}
 	upd := xa.DeepCopy()
 	upd.Status = *step.Status
@@ -137,7 +142,7 @@ type Settled struct {
 	Step    ledger.Step
 	// From is the copy the last decision was made on (the cached one, or a fresh read).
 	From *actionsv1alpha1.ExternalAction
-	// Closed: a fresh copy from the API server has nothing to settle (Decide said false): settled elsewhere.
+	// Closed: a fresh copy from the API server (From) has nothing to settle (Decide said false): settled elsewhere.
 	Closed bool
 	// Gone: the object no longer exists.
 	Gone bool
@@ -162,7 +167,7 @@ func (w *Writer) Settle(ctx context.Context, cur *actionsv1alpha1.ExternalAction
 	for try := 0; ; try++ {
 		step, ok := decide(&cur.Status)
 		if !ok && fresh {
-			return Settled{Closed: true}
+			return Settled{Closed: true, From: cur}
 		}
 		if ok {
 			upd := cur.DeepCopy()

@@ -134,3 +134,28 @@ func TestBound(t *testing.T) {
 		t.Errorf("bounds not applied: %d, %v, %d", len(st.Response.Headers["Location"]), st.Response.BodyTruncated, len(st.LastError))
 	}
 }
+
+// Apply does not rewrite a status with equal content: no write (the resourceVersion stays), no Event.
+func TestApplyEqualStatusWritesNothing(t *testing.T) {
+	w, c, rec := newWriter(t, action())
+	ctx := context.Background()
+	cur, _ := currentAndStale(t, c)
+	upd, err := w.Apply(ctx, cur, waitStep("First"), "")
+	if err != nil || upd == nil {
+		t.Fatalf("first Apply: %v, %v", upd, err)
+	}
+	<-rec.Events
+	again, err := w.Apply(ctx, upd, waitStep("First"), "")
+	if err != nil || again == nil || again.ResourceVersion != upd.ResourceVersion {
+		t.Fatalf("second Apply with the same status: %v, %v; want the object unchanged", again, err)
+	}
+	stored := &actionsv1alpha1.ExternalAction{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(upd), stored); err != nil || stored.ResourceVersion != upd.ResourceVersion {
+		t.Fatalf("stored resourceVersion %s, want %s (no second write): %v", stored.ResourceVersion, upd.ResourceVersion, err)
+	}
+	select {
+	case e := <-rec.Events:
+		t.Errorf("an equal status emitted %q", e)
+	default:
+	}
+}

@@ -2,6 +2,12 @@
 // creation to Succeeded, the raw-write rate of a bare client doing the same writes, API writes per action
 // (from the API server's apiserver_request_total), and the manager's memory per cached action.
 //
+// The throughput parts (headline, sizes, destlatency) run once per kind of bench Destination in BENCH_DESTS
+// (unsafe: the destination does not say it deduplicates on the key; safe: it does, and asks for no claim
+// before a send that is safe to repeat, when the CRD has spec.idempotency.claim), interleaved in repeats. The
+// bytes part (BENCH_PARTS=bytes, BENCH_BYTES_ACTIONS) measures, with no manager, what each field group of the
+// status costs the bare client's writes, from the raw baseline's minimal status to the manager's own (issue 24).
+//
 // The manager runs as its own OS process (./cmd built once), against envtest's API server, so its memory is
 // its own. Every case gets a fresh control plane, so no case sees another's objects.
 //
@@ -13,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -41,8 +48,12 @@ type Run struct {
 	DestLatencyMs int `json:"destinationLatencyMs"`
 	// MaxInFlight is the Destination's spec.concurrency.maxInFlight as the API server kept it (0: not set,
 	// the CRD has no such field).
-	MaxInFlight int     `json:"maxInFlight,omitempty"`
-	Seconds     float64 `json:"seconds"`
+	MaxInFlight int `json:"maxInFlight,omitempty"`
+	// Destination is the bench Destination's kind (BENCH_DESTS: unsafe or safe); IdempotencyClaim its
+	// spec.idempotency.claim as the API server kept it ("": not set, the CRD has no such field).
+	Destination      string  `json:"destination"`
+	IdempotencyClaim string  `json:"idempotencyClaim,omitempty"`
+	Seconds          float64 `json:"seconds"`
 	// ActionsPerSecond is actions / (last Succeeded seen - first create).
 	ActionsPerSecond float64 `json:"actionsPerSecond"`
 	// RawPerSecond is the bare client's rate for create + status claim + status outcome, same control plane.
@@ -74,24 +85,31 @@ type MemoryResult struct {
 
 // Report is the JSON written to BENCH_OUT.
 type Report struct {
-	Date      string         `json:"date"`
-	Full      bool           `json:"full"`
-	CPUs      int            `json:"cpus"`
-	MemTotal  string         `json:"memTotal"`
-	GoVersion string         `json:"goVersion"`
-	LoadStart string         `json:"loadavgStart"`
-	LoadEnd   string         `json:"loadavgEnd"`
-	Headline  *Headline      `json:"headline,omitempty"`
-	Sizes     []Row          `json:"sizes,omitempty"`
-	Reconcile []Row          `json:"reconciles,omitempty"`
-	Memory    []MemoryResult `json:"memory,omitempty"`
-	Baseline  *Memory        `json:"emptyManagerMemory,omitempty"`
-	// DestLatency is the table by destination latency (BENCH_PARTS destlatency).
+	Date      string `json:"date"`
+	Full      bool   `json:"full"`
+	CPUs      int    `json:"cpus"`
+	MemTotal  string `json:"memTotal"`
+	GoVersion string `json:"goVersion"`
+	LoadStart string `json:"loadavgStart"`
+	LoadEnd   string `json:"loadavgEnd"`
+	// Destinations are the kinds of bench Destination of the throughput parts (BENCH_DESTS), in order.
+	Destinations []string `json:"destinations,omitempty"`
+	// Headline is the first kind of BENCH_DESTS (unsafe by default); HeadlineByDest has every kind's.
+	Headline       *Headline            `json:"headline,omitempty"`
+	HeadlineByDest map[string]*Headline `json:"headlineByDestination,omitempty"`
+	Sizes          []Row                `json:"sizes,omitempty"`
+	Reconcile      []Row                `json:"reconciles,omitempty"`
+	Memory         []MemoryResult       `json:"memory,omitempty"`
+	Baseline       *Memory              `json:"emptyManagerMemory,omitempty"`
+	// DestLatency is the table by destination latency (BENCH_PARTS destlatency), one row per latency and kind.
 	DestLatency []LatencyRow `json:"byDestinationLatency,omitempty"`
+	// StatusBytes is the table by status shape (BENCH_PARTS bytes).
+	StatusBytes []BytesRow `json:"byStatusShape,omitempty"`
 }
 
 // Headline holds the medians the targets are judged on.
 type Headline struct {
+	Destination     string  `json:"destination"`
 	Runs            []Run   `json:"runs"`
 	ActionsPerSec   float64 `json:"medianActionsPerSecond"`
 	RawPerSec       float64 `json:"medianRawObjectsPerSecond"`
@@ -101,16 +119,18 @@ type Headline struct {
 	P99AtTenthMs    float64 `json:"medianP99MsAtTenthOfMax"`
 }
 
-// Row is the median of the runs of one (actions, reconciles) point.
+// Row is the median of the runs of one (actions, reconciles, destination kind) point.
 type Row struct {
-	Actions       int                `json:"actions"`
-	Reconciles    int                `json:"maxConcurrentReconciles"`
-	Runs          int                `json:"runs"`
-	ActionsPerSec float64            `json:"actionsPerSecond"`
-	RawPerSec     float64            `json:"rawObjectsPerSecond"`
-	Ratio         float64            `json:"ratioToRaw"`
-	LatencyMs     map[string]float64 `json:"latencyMs"`
-	Writes        Writes             `json:"writesPerAction"`
+	Destination      string             `json:"destination"`
+	IdempotencyClaim string             `json:"idempotencyClaim,omitempty"`
+	Actions          int                `json:"actions"`
+	Reconciles       int                `json:"maxConcurrentReconciles"`
+	Runs             int                `json:"runs"`
+	ActionsPerSec    float64            `json:"actionsPerSecond"`
+	RawPerSec        float64            `json:"rawObjectsPerSecond"`
+	Ratio            float64            `json:"ratioToRaw"`
+	LatencyMs        map[string]float64 `json:"latencyMs"`
+	Writes           Writes             `json:"writesPerAction"`
 }
 
 func intEnv(k string, def int) int {
@@ -170,8 +190,15 @@ func newEnv(t *testing.T) *envtestutil.Env {
 	return e
 }
 
+// runKey identifies the runs of one point: actions, reconciles, destination latency ms and destination kind.
+type runKey struct {
+	n, c, latMs int
+	dest        string
+}
+
 // TestBenchmark runs the parts selected by BENCH_PARTS (headline, sizes, reconciles, latency, destlatency,
-// memory; default: all in full mode, all at toy sizes in quick mode).
+// memory, bytes; default: all in full mode, all at toy sizes in quick mode). The throughput parts (headline,
+// sizes, destlatency) run once per destination kind of BENCH_DESTS, interleaved.
 func TestBenchmark(t *testing.T) {
 	full := os.Getenv("BENCH_FULL") != ""
 	parts := map[string]bool{}
@@ -181,7 +208,8 @@ func TestBenchmark(t *testing.T) {
 		}
 	}
 	want := func(p string) bool { return len(parts) == 0 || parts[p] }
-	if !slices.ContainsFunc([]string{"headline", "latency", "sizes", "reconciles", "destlatency", "memory"}, want) {
+	managerParts := []string{"headline", "latency", "sizes", "reconciles", "destlatency", "memory"}
+	if !slices.ContainsFunc(append([]string{"bytes"}, managerParts...), want) {
 		// Only parts of other tests (gateway, scale) are selected: do not overwrite the last report with an empty one.
 		t.Skipf("BENCH_PARTS=%s selects no part of TestBenchmark", os.Getenv("BENCH_PARTS"))
 	}
@@ -200,48 +228,46 @@ func TestBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	kinds, err := parseDests(os.Getenv("BENCH_DESTS"), map[bool][]string{true: {destUnsafe, destSafe}, false: {destUnsafe}}[full])
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := kinds[0] // the kind of the fixed-rate, reconciles and memory runs, and of the report's headline
 
 	dir := t.TempDir()
-	bin := managerBinary(t, dir)
+	var bin string
+	if slices.ContainsFunc(managerParts, want) {
+		bin = managerBinary(t, dir)
+	}
 	rep := Report{Date: time.Now().UTC().Format(time.RFC3339), Full: full, CPUs: runtime.NumCPU(), MemTotal: memTotal(),
-		GoVersion: runtime.Version(), LoadStart: loadavg()}
-	// runs are keyed by (actions, reconciles, destination latency ms).
-	runs := map[[3]int][]Run{}
+		GoVersion: runtime.Version(), LoadStart: loadavg(), Destinations: kinds}
+	runs := map[runKey][]Run{}
 	var tenth []Run
-	// quickLat holds the quick variant's latency rows, run on the headline's control plane.
-	quickLat := map[int][]Run{}
-	measure := func(name string, n, c, latMs int) {
+	// quickLat holds the quick variant's latency rows by kind, run on the headline's control plane.
+	quickLat := map[string]map[int][]Run{}
+	measure := func(name string, n, c, latMs int, kind string) {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
 			d := defaultDest()
-			d.Latency = time.Duration(latMs) * time.Millisecond
+			d.Latency, d.Kind = time.Duration(latMs)*time.Millisecond, kind
 			r := throughputAt(t, e, bin, dir, n, creators, c, 0, d)
 			r.RawPerSecond, r.RawCPUms = rawWriteRate(t, e, n, creators)
 			r.RatioToRaw = r.ActionsPerSecond / r.RawPerSecond
-			t.Logf("%d actions, %d reconciles, destination latency %d ms: %.1f actions/s, raw %.1f/s, ratio %.2f, p99 %.0f ms, writes %v, CPU ms/action %v (raw per object: %v), load %s",
-				n, c, latMs, r.ActionsPerSecond, r.RawPerSecond, r.RatioToRaw, r.LatencyMs["p99"], r.Writes, r.CPUms, r.RawCPUms, r.Load)
-			runs[[3]int{n, c, latMs}] = append(runs[[3]int{n, c, latMs}], r)
-			if !full && want("destlatency") && len(quickLat) == 0 {
+			t.Logf("destination %s, %d actions, %d reconciles, destination latency %d ms: %.1f actions/s, raw %.1f/s, ratio %.2f, p99 %.0f ms, writes %v, CPU ms/action %v (raw per object: %v), load %s",
+				destLabel(kind, r.IdempotencyClaim), n, c, latMs, r.ActionsPerSecond, r.RawPerSecond, r.RatioToRaw, r.LatencyMs["p99"], r.Writes, r.CPUms, r.RawCPUms, r.Load)
+			runs[runKey{n, c, latMs, kind}] = append(runs[runKey{n, c, latMs, kind}], r)
+			if !full && want("destlatency") && len(quickLat[kind]) == 0 {
 				// Quick mode: prove the delayed destination and the table on the same control plane, with a
 				// few actions (against this run's raw rate).
-				for _, l := range lats {
-					if l == 0 {
-						continue
-					}
-					d.Latency = time.Duration(l) * time.Millisecond
-					q := throughputAt(t, e, bin, dir, quickLatencyActions, creators, c, 0, d)
-					q.RawPerSecond, q.RawCPUms = r.RawPerSecond, r.RawCPUms
-					t.Logf("%d actions, destination latency %d ms: %.1f actions/s, p99 %.1f ms", q.Actions, l, q.ActionsPerSecond, q.LatencyMs["p99"])
-					quickLat[l] = append(quickLat[l], q)
-				}
+				quickLat[kind] = quickLatencyRuns(t, e, bin, dir, lats, creators, c, d, r)
 			}
-			if !full && want("latency") {
+			if !full && want("latency") && kind == first {
 				// Quick mode: prove the fixed-rate path on the same control plane instead of a fresh one.
 				q := throughput(t, e, bin, dir, 20, 1, c, r.ActionsPerSecond/10)
 				t.Logf("20 actions at %.1f/s: p99 %.1f ms", q.RatePerSec, q.LatencyMs["p99"])
 				tenth = append(tenth, q)
 			}
-			if !full && want("memory") && len(mems) > 0 {
+			if !full && want("memory") && len(mems) > 0 && kind == first {
 				// Quick mode: prove the memory path on the same control plane too (its numbers mean nothing).
 				rep.Baseline, rep.Memory = memoryRun(t, e, bin, dir, mems, window)
 			}
@@ -249,16 +275,17 @@ func TestBenchmark(t *testing.T) {
 	}
 
 	if want("headline") || want("latency") || (!full && want("destlatency")) {
+		// Kinds interleaved (unsafe-1, safe-1, unsafe-2, ...), so that load drift hits them alike.
 		for i := 1; i <= repeat; i++ {
-			measure(fmt.Sprintf("headline-%d", i), n, reconciles, 0)
+			for _, k := range kinds {
+				measure(fmt.Sprintf("headline-%s-%d", k, i), n, reconciles, 0, k)
+			}
 		}
-		h := &Headline{Runs: runs[[3]int{n, reconciles, 0}]}
-		k := len(h.Runs)
-		tput, raw, ratio, cw := make([]float64, 0, k), make([]float64, 0, k), make([]float64, 0, k), make([]float64, 0, k)
-		for _, r := range h.Runs {
-			tput, raw, ratio, cw = append(tput, r.ActionsPerSecond), append(raw, r.RawPerSecond), append(ratio, r.RatioToRaw), append(cw, r.Writes.Controller)
+		rep.HeadlineByDest = map[string]*Headline{}
+		for _, k := range kinds {
+			rep.HeadlineByDest[k] = headlineOf(k, runs[runKey{n, reconciles, 0, k}])
 		}
-		h.ActionsPerSec, h.RawPerSec, h.RatioToRaw, h.ControllerWrite = median(tput), median(raw), median(ratio), median(cw)
+		h := rep.HeadlineByDest[first]
 		h.AtTenth = tenth
 		if full && want("latency") && h.ActionsPerSec > 0 {
 			rate := h.ActionsPerSec / 10
@@ -268,8 +295,10 @@ func TestBenchmark(t *testing.T) {
 			for i := 1; i <= repeat; i++ {
 				t.Run(fmt.Sprintf("tenth-%d", i), func(t *testing.T) {
 					e := newEnv(t)
-					r := throughput(t, e, bin, dir, ln, 1, reconciles, rate)
-					t.Logf("%d actions at %.1f/s: p50 %.1f ms p95 %.1f ms p99 %.1f ms, load %s", ln, rate, r.LatencyMs["p50"], r.LatencyMs["p95"], r.LatencyMs["p99"], r.Load)
+					d := defaultDest()
+					d.Kind = first
+					r := throughputAt(t, e, bin, dir, ln, 1, reconciles, rate, d)
+					t.Logf("destination %s, %d actions at %.1f/s: p50 %.1f ms p95 %.1f ms p99 %.1f ms, load %s", first, ln, rate, r.LatencyMs["p50"], r.LatencyMs["p95"], r.LatencyMs["p99"], r.Load)
 					h.AtTenth = append(h.AtTenth, r)
 					p99s = append(p99s, r.LatencyMs["p99"])
 				})
@@ -282,41 +311,84 @@ func TestBenchmark(t *testing.T) {
 	}
 	if want("sizes") {
 		for _, s := range sizes {
-			if len(runs[[3]int{s, reconciles, 0}]) == 0 {
-				measure(fmt.Sprintf("size-%d", s), s, reconciles, 0)
+			for _, k := range kinds {
+				if len(runs[runKey{s, reconciles, 0, k}]) == 0 {
+					measure(fmt.Sprintf("size-%d-%s", s, k), s, reconciles, 0, k)
+				}
+				rep.Sizes = append(rep.Sizes, row(runs[runKey{s, reconciles, 0, k}]))
 			}
-			rep.Sizes = append(rep.Sizes, row(runs[[3]int{s, reconciles, 0}]))
 		}
 	}
 	if want("reconciles") {
 		for _, c := range concs {
-			if len(runs[[3]int{n, c, 0}]) == 0 {
-				measure(fmt.Sprintf("reconciles-%d", c), n, c, 0)
+			if len(runs[runKey{n, c, 0, first}]) == 0 {
+				measure(fmt.Sprintf("reconciles-%d", c), n, c, 0, first)
 			}
-			rep.Reconcile = append(rep.Reconcile, row(runs[[3]int{n, c, 0}]))
+			rep.Reconcile = append(rep.Reconcile, row(runs[runKey{n, c, 0, first}]))
 		}
 	}
 	if want("destlatency") {
-		// One row per latency, at BENCH_ACTIONS and BENCH_RECONCILES; latency 0 reuses the headline runs.
+		// One row per latency and kind, at BENCH_ACTIONS and BENCH_RECONCILES; latency 0 reuses the headline runs.
 		for _, l := range lats {
-			rs := runs[[3]int{n, reconciles, l}]
-			if len(rs) == 0 && !full {
-				rs = quickLat[l]
+			if !full || len(runs[runKey{n, reconciles, l, first}]) > 0 {
+				continue
 			}
-			if len(rs) == 0 {
-				for i := 1; i <= repeat; i++ {
-					measure(fmt.Sprintf("destlatency-%dms-%d", l, i), n, reconciles, l)
+			for i := 1; i <= repeat; i++ {
+				for _, k := range kinds {
+					measure(fmt.Sprintf("destlatency-%dms-%s-%d", l, k, i), n, reconciles, l, k)
 				}
-				rs = runs[[3]int{n, reconciles, l}]
 			}
-			rep.DestLatency = append(rep.DestLatency, latencyRow(l, defaultDest().MaxInFlight, rs))
+		}
+		for _, l := range lats {
+			for _, k := range kinds {
+				rs := runs[runKey{n, reconciles, l, k}]
+				if len(rs) == 0 && !full {
+					rs = quickLat[k][l]
+				}
+				rep.DestLatency = append(rep.DestLatency, latencyRow(l, defaultDest().MaxInFlight, k, rs))
+			}
 		}
 	}
 	if full && want("memory") && len(mems) > 0 {
 		t.Run("memory", func(t *testing.T) { rep.Baseline, rep.Memory = memoryRun(t, newEnv(t), bin, dir, mems, window) })
 	}
+	if want("bytes") {
+		bn := intEnv("BENCH_BYTES_ACTIONS", map[bool]int{true: 2000, false: 20}[full])
+		t.Run("bytes", func(t *testing.T) { rep.StatusBytes = statusBytesPart(t, bn, creators, repeat) })
+	}
 	rep.LoadEnd = loadavg()
 	report(t, rep)
+}
+
+// quickLatencyRuns are the quick variant's latency rows: for each latency of lats but 0, a few actions against
+// the Destination d with that latency, on the control plane of the headline run r (and against its raw rate).
+func quickLatencyRuns(t *testing.T, e *envtestutil.Env, bin, dir string, lats []int, creators, reconciles int, d benchDest, r Run) map[int][]Run {
+	t.Helper()
+	out := map[int][]Run{}
+	for _, l := range lats {
+		if l == 0 {
+			continue
+		}
+		d.Latency = time.Duration(l) * time.Millisecond
+		q := throughputAt(t, e, bin, dir, quickLatencyActions, creators, reconciles, 0, d)
+		q.RawPerSecond, q.RawCPUms = r.RawPerSecond, r.RawCPUms
+		t.Logf("destination %s, %d actions, destination latency %d ms: %.1f actions/s, p99 %.1f ms", d.Kind, q.Actions, l, q.ActionsPerSecond, q.LatencyMs["p99"])
+		out[l] = append(out[l], q)
+	}
+	return out
+}
+
+// headlineOf is the headline of one destination kind: the medians of its runs (fixed-rate runs are added by
+// the caller).
+func headlineOf(kind string, rs []Run) *Headline {
+	h := &Headline{Destination: kind, Runs: rs}
+	k := len(rs)
+	tput, raw, ratio, cw := make([]float64, 0, k), make([]float64, 0, k), make([]float64, 0, k), make([]float64, 0, k)
+	for _, r := range rs {
+		tput, raw, ratio, cw = append(tput, r.ActionsPerSecond), append(raw, r.RawPerSecond), append(ratio, r.RatioToRaw), append(cw, r.Writes.Controller)
+	}
+	h.ActionsPerSec, h.RawPerSec, h.RatioToRaw, h.ControllerWrite = median(tput), median(raw), median(ratio), median(cw)
+	return h
 }
 
 func row(rs []Run) Row {
@@ -328,7 +400,7 @@ func row(rs []Run) Row {
 		tput, raw, ratio = append(tput, r.ActionsPerSecond), append(raw, r.RawPerSecond), append(ratio, r.RatioToRaw)
 		p50, p95, p99 = append(p50, r.LatencyMs["p50"]), append(p95, r.LatencyMs["p95"]), append(p99, r.LatencyMs["p99"])
 	}
-	return Row{Actions: rs[0].Actions, Reconciles: rs[0].Reconciles, Runs: len(rs), ActionsPerSec: median(tput), RawPerSec: median(raw),
+	return Row{Destination: rs[0].Destination, IdempotencyClaim: rs[0].IdempotencyClaim, Actions: rs[0].Actions, Reconciles: rs[0].Reconciles, Runs: len(rs), ActionsPerSec: median(tput), RawPerSec: median(raw),
 		Ratio: median(ratio), LatencyMs: map[string]float64{"p50": median(p50), "p95": median(p95), "p99": median(p99)}, Writes: rs[0].Writes}
 }
 
@@ -346,7 +418,7 @@ func throughputAt(t *testing.T, e *envtestutil.Env, bin, dir string, n, creators
 	ctx := context.Background()
 	ns := e.Namespace(t)
 	_, url := envtestutil.DestinationServer(t, destination.Options{Dedup: true, CommitDelay: d.Latency})
-	mif := createBenchDestination(t, e, ns, "fast", url, d)
+	kept := createBenchDestination(t, e, ns, "fast", url, d)
 	load := loadavg()
 	p := startManager(t, e, bin, dir, reconciles, managerInFlightArgs(t, bin, d.MaxInFlight)...)
 	defer p.stop()
@@ -412,7 +484,7 @@ func throughputAt(t *testing.T, e *envtestutil.Env, bin, dir string, n, creators
 	writes := settledWrites(t, e)
 	elapsed := last.Sub(start).Seconds()
 	return Run{Actions: n, Creators: creators, Reconciles: reconciles, RatePerSec: rate, Seconds: elapsed,
-		DestLatencyMs: int(d.Latency.Milliseconds()), MaxInFlight: mif,
+		DestLatencyMs: int(d.Latency.Milliseconds()), MaxInFlight: kept.MaxInFlight, Destination: d.Kind, IdempotencyClaim: kept.Claim,
 		ActionsPerSecond: float64(n) / elapsed, LatencyMs: percentiles(lat), Writes: perAction(writes0, writes, n),
 		CPUms: perActionCPU(cpu0, cpu1, n), Load: load + " -> " + loadavg()}
 }
@@ -578,51 +650,14 @@ func waitSynced(t *testing.T, p *proc, n int, timeout time.Duration) {
 
 func report(t *testing.T, rep Report) {
 	t.Helper()
-	var b strings.Builder
-	fmt.Fprintf(&b, "\nmachine: %d CPUs, MemTotal %s, %s; loadavg %s at start, %s at end\n", rep.CPUs, rep.MemTotal, rep.GoVersion, rep.LoadStart, rep.LoadEnd)
-	line := func(label string, r Row) {
-		fmt.Fprintf(&b, "%-14s %7d %6d %5d %10.1f %10.1f %6.2f %8.1f %8.1f %8.1f  %s\n", label, r.Actions, r.Reconciles, r.Runs, r.ActionsPerSec,
-			r.RawPerSec, r.Ratio, r.LatencyMs["p50"], r.LatencyMs["p95"], r.LatencyMs["p99"], r.Writes)
-	}
-	fmt.Fprintf(&b, "%-14s %7s %6s %5s %10s %10s %6s %8s %8s %8s  %s\n", "case", "actions", "reconc", "runs", "actions/s", "raw obj/s", "ratio",
-		"p50 ms", "p95 ms", "p99 ms", "API writes per action (median run)")
-	if h := rep.Headline; h != nil {
-		for i, r := range h.Runs {
-			line(fmt.Sprintf("headline-%d", i+1), row([]Run{r}))
-		}
-		for i, r := range h.AtTenth {
-			rr := row([]Run{r})
-			line(fmt.Sprintf("tenth-%d@%.0f/s", i+1, r.RatePerSec), rr)
-		}
-	}
-	for _, r := range rep.Sizes {
-		line("size", r)
-	}
-	for _, r := range rep.Reconcile {
-		line("reconciles", r)
-	}
-	if h := rep.Headline; h != nil {
-		fmt.Fprintf(&b, "headline (median of %d): %.1f actions/s, raw %.1f obj/s, ratio %.2f (target >= 0.8); controller writes/action %.2f (target <= 3); p99 at a tenth of max %.1f ms (target < 100)\n",
-			len(h.Runs), h.ActionsPerSec, h.RawPerSec, h.RatioToRaw, h.ControllerWrite, h.P99AtTenthMs)
-	}
-	if h := rep.Headline; h != nil {
-		for i, r := range h.Runs {
-			fmt.Fprintf(&b, "headline-%d CPU ms per action: %v; raw per object: %v\n", i+1, r.CPUms, r.RawCPUms)
-		}
-	}
-	var table string
+	tables := map[string]string{} // file suffix -> markdown table
 	if len(rep.DestLatency) > 0 {
-		table = latencyTable(rep.DestLatency)
-		fmt.Fprintf(&b, "by destination latency (bound = min(raw obj/s, maxInFlight / latency)):\n%s", table)
+		tables["-dest-latency"] = latencyTable(rep.DestLatency)
 	}
-	if rep.Baseline != nil {
-		fmt.Fprintf(&b, "memory, empty manager: %s\n", fmtMem(*rep.Baseline))
+	if len(rep.StatusBytes) > 0 {
+		tables["-status-bytes"] = bytesTable(rep.StatusBytes)
 	}
-	for _, m := range rep.Memory {
-		fmt.Fprintf(&b, "memory, %6d cached: %s; per action: live %.0f B, inuse %.0f B, RSS %.0f B (target < 3072; object JSON %d B)\n",
-			m.Cached, fmtMem(m.Memory), m.LivePerAction, m.InusePerAction, m.RSSPerAction, m.ObjectJSONBytes)
-	}
-	t.Log(b.String())
+	t.Log(reportText(rep, tables))
 
 	out := os.Getenv("BENCH_OUT")
 	if out == "" {
@@ -643,19 +678,87 @@ func report(t *testing.T, rep Report) {
 		t.Fatalf("writing %s: %v", out, err)
 	}
 	t.Logf("wrote %s", out)
-	if table != "" {
-		p, err := writeLatencyTable(out, table)
+	for _, suffix := range slices.Sorted(maps.Keys(tables)) {
+		p, err := writeTableBeside(out, suffix, tables[suffix])
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("wrote %s", p)
 	}
+	checkReport(t, rep)
+}
 
-	// The harness must have measured something (not a speed assertion).
+// reportText is the report as the test log prints it.
+func reportText(rep Report, tables map[string]string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nmachine: %d CPUs, MemTotal %s, %s; loadavg %s at start, %s at end\n", rep.CPUs, rep.MemTotal, rep.GoVersion, rep.LoadStart, rep.LoadEnd)
+	line := func(label string, r Row) {
+		fmt.Fprintf(&b, "%-24s %7d %6d %5d %10.1f %10.1f %6.2f %8.1f %8.1f %8.1f  %s\n", label, r.Actions, r.Reconciles, r.Runs, r.ActionsPerSec,
+			r.RawPerSec, r.Ratio, r.LatencyMs["p50"], r.LatencyMs["p95"], r.LatencyMs["p99"], r.Writes)
+	}
+	fmt.Fprintf(&b, "%-24s %7s %6s %5s %10s %10s %6s %8s %8s %8s  %s\n", "case", "actions", "reconc", "runs", "actions/s", "raw obj/s", "ratio",
+		"p50 ms", "p95 ms", "p99 ms", "API writes per action (median run)")
+	var kinds []string // the kinds that have a headline, in BENCH_DESTS order
+	for _, k := range rep.Destinations {
+		if rep.HeadlineByDest[k] != nil {
+			kinds = append(kinds, k)
+		}
+	}
+	for _, k := range kinds {
+		for i, r := range rep.HeadlineByDest[k].Runs {
+			line(fmt.Sprintf("headline-%s-%d", k, i+1), row([]Run{r}))
+		}
+	}
 	if h := rep.Headline; h != nil {
+		for i, r := range h.AtTenth {
+			line(fmt.Sprintf("tenth-%s-%d@%.0f/s", h.Destination, i+1, r.RatePerSec), row([]Run{r}))
+		}
+	}
+	for _, r := range rep.Sizes {
+		line("size-"+r.Destination, r)
+	}
+	for _, r := range rep.Reconcile {
+		line("reconciles-"+r.Destination, r)
+	}
+	for _, k := range kinds {
+		h := rep.HeadlineByDest[k]
+		claim := ""
+		if len(h.Runs) > 0 {
+			claim = h.Runs[0].IdempotencyClaim
+		}
+		fmt.Fprintf(&b, "headline, destination %s (median of %d): %.1f actions/s, raw %.1f obj/s, ratio %.2f (target >= 0.8); controller writes/action %.2f (target <= 3)",
+			destLabel(k, claim), len(h.Runs), h.ActionsPerSec, h.RawPerSec, h.RatioToRaw, h.ControllerWrite)
+		if h == rep.Headline && len(h.AtTenth) > 0 {
+			fmt.Fprintf(&b, "; p99 at a tenth of max %.1f ms (target < 100)", h.P99AtTenthMs)
+		}
+		b.WriteString("\n")
+		for i, r := range h.Runs {
+			fmt.Fprintf(&b, "headline-%s-%d CPU ms per action: %v; raw per object: %v\n", k, i+1, r.CPUms, r.RawCPUms)
+		}
+	}
+	if table := tables["-dest-latency"]; table != "" {
+		fmt.Fprintf(&b, "by destination latency (bound = min(raw obj/s, maxInFlight / latency)):\n%s", table)
+	}
+	if rep.Baseline != nil {
+		fmt.Fprintf(&b, "memory, empty manager: %s\n", fmtMem(*rep.Baseline))
+	}
+	for _, m := range rep.Memory {
+		fmt.Fprintf(&b, "memory, %6d cached: %s; per action: live %.0f B, inuse %.0f B, RSS %.0f B (target < 3072; object JSON %d B)\n",
+			m.Cached, fmtMem(m.Memory), m.LivePerAction, m.InusePerAction, m.RSSPerAction, m.ObjectJSONBytes)
+	}
+	if table := tables["-status-bytes"]; table != "" {
+		fmt.Fprintf(&b, "by status shape (bare client, create + claim + outcome per object, no manager):\n%s", table)
+	}
+	return b.String()
+}
+
+// checkReport fails the test when the harness measured nothing (not a speed assertion).
+func checkReport(t *testing.T, rep Report) {
+	t.Helper()
+	for _, h := range rep.HeadlineByDest {
 		for _, r := range h.Runs {
 			if r.ActionsPerSecond <= 0 || r.RawPerSecond <= 0 || r.Writes.StatusWrites < 1 || r.Writes.Creates < 1 {
-				t.Fatalf("the harness measured nothing: %+v", r)
+				t.Fatalf("the harness measured nothing (destination %s): %+v", h.Destination, r)
 			}
 		}
 	}
@@ -666,7 +769,12 @@ func report(t *testing.T, rep Report) {
 	}
 	for _, r := range rep.DestLatency {
 		if r.Runs == 0 || r.ActionsPerS <= 0 || r.BoundPerS <= 0 {
-			t.Fatalf("the harness measured nothing at destination latency %d ms: %+v", r.DestLatencyMs, r)
+			t.Fatalf("the harness measured nothing at destination latency %d ms (destination %s): %+v", r.DestLatencyMs, r.Destination, r)
+		}
+	}
+	if len(rep.StatusBytes) > 0 {
+		if err := checkBytesRows(rep.StatusBytes); err != nil {
+			t.Fatalf("the bytes part: %v", err)
 		}
 	}
 }

@@ -4,22 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
-
-	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
-	"github.com/actionledger/actionledger/test/envtestutil"
 )
 
 // The destination-latency part (BENCH_PARTS=destlatency): throughput, latency, 409s and manager CPU per
@@ -64,90 +54,18 @@ func parseLatencies(v string, def []int) ([]int, error) {
 }
 
 // benchDest is the bench Destination of one run: the test destination answers after Latency (a timer in the
-// handler goroutine, destination.Options.CommitDelay: no CPU of the bench process), and MaxInFlight is
-// written into spec.concurrency.maxInFlight when the installed CRD has that field.
+// handler goroutine, destination.Options.CommitDelay: no CPU of the bench process), MaxInFlight is
+// written into spec.concurrency.maxInFlight when the installed CRD has that field, and Kind (destUnsafe or
+// destSafe, BENCH_DESTS) says whether the Destination declares that it deduplicates on the key.
 type benchDest struct {
 	Latency     time.Duration
 	MaxInFlight int
+	Kind        string
 }
 
-// defaultDest is the bench Destination of the headline, fixed-rate, size and reconciles runs.
+// defaultDest is the bench Destination of the headline, fixed-rate, size and reconciles runs (kind unsafe).
 func defaultDest() benchDest {
-	return benchDest{MaxInFlight: intEnv("BENCH_MAX_IN_FLIGHT", defaultMaxInFlight)}
-}
-
-// crdHasMaxInFlight reports whether the installed Destination CRD's schema (served version of
-// actionsv1alpha1) has spec.concurrency.maxInFlight.
-func crdHasMaxInFlight(e *envtestutil.Env) (bool, error) {
-	crd := &unstructured.Unstructured{}
-	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
-	name := "destinations." + actionsv1alpha1.GroupVersion.Group
-	if err := e.Client.Get(context.Background(), types.NamespacedName{Name: name}, crd); err != nil {
-		return false, fmt.Errorf("reading CRD %s: %w", name, err)
-	}
-	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
-	for _, v := range versions {
-		vm, ok := v.(map[string]any)
-		if !ok || vm["name"] != actionsv1alpha1.GroupVersion.Version {
-			continue
-		}
-		_, found, _ := unstructured.NestedMap(vm, "schema", "openAPIV3Schema", "properties", "spec", "properties",
-			"concurrency", "properties", "maxInFlight")
-		return found, nil
-	}
-	return false, nil
-}
-
-// createBenchDestination creates Destination name at url in ns as an unstructured object, so the bench
-// builds before the API type has spec.concurrency. It returns the maxInFlight the API server kept (0 when
-// the CRD has no such field, or pruned or refused it, for example above the CRD's maximum: each is logged
-// once as a note, and the Destination is then created without it).
-func createBenchDestination(t *testing.T, e *envtestutil.Env, ns, name, url string, d benchDest) int {
-	t.Helper()
-	ctx := context.Background()
-	spec := actionsv1alpha1.DestinationSpec{URL: url}
-	if d.Latency > 10*time.Second {
-		// The attempt must end before the default 30 s timeout; give slow destinations room (at most 10m).
-		spec.Timeout = &metav1.Duration{Duration: min(3*d.Latency, 10*time.Minute)}
-	}
-	typed := &actionsv1alpha1.Destination{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
-	typed.SetGroupVersionKind(actionsv1alpha1.GroupVersion.WithKind("Destination"))
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(typed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{Object: obj}
-	unstructured.RemoveNestedField(u.Object, "status")
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-
-	has, err := crdHasMaxInFlight(e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !has {
-		noteOnce(t, fmt.Sprintf("note: the Destination CRD has no spec.concurrency.maxInFlight; BENCH_MAX_IN_FLIGHT=%d not applied", d.MaxInFlight))
-		if err := e.Client.Create(ctx, u); err != nil {
-			t.Fatalf("creating Destination: %v", err)
-		}
-		return 0
-	}
-	with := u.DeepCopy()
-	if err := unstructured.SetNestedField(with.Object, int64(d.MaxInFlight), "spec", "concurrency", "maxInFlight"); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Client.Create(ctx, with); err != nil {
-		noteOnce(t, fmt.Sprintf("note: the API server refused spec.concurrency.maxInFlight=%d (%v); created the Destination without it", d.MaxInFlight, err))
-		if err := e.Client.Create(ctx, u); err != nil {
-			t.Fatalf("creating Destination: %v", err)
-		}
-		return 0
-	}
-	kept, found, _ := unstructured.NestedInt64(with.Object, "spec", "concurrency", "maxInFlight")
-	if !found {
-		noteOnce(t, fmt.Sprintf("note: the API server pruned spec.concurrency.maxInFlight; BENCH_MAX_IN_FLIGHT=%d not applied", d.MaxInFlight))
-		return 0
-	}
-	return int(kept)
+	return benchDest{MaxInFlight: intEnv("BENCH_MAX_IN_FLIGHT", defaultMaxInFlight), Kind: destUnsafe}
 }
 
 // notes holds the notes already logged, so each is logged once per test binary and not once per run.
@@ -180,11 +98,14 @@ func managerInFlightArgs(t *testing.T, bin string, maxInFlight int) []string {
 	return []string{fmt.Sprintf("--max-in-flight=%d", max(maxInFlight, managerGlobalInFlight))}
 }
 
-// LatencyRow is the median of the runs at one destination latency.
+// LatencyRow is the median of the runs at one destination latency and kind.
 type LatencyRow struct {
-	DestLatencyMs int `json:"destinationLatencyMs"`
-	Actions       int `json:"actions"`
-	Reconciles    int `json:"maxConcurrentReconciles"`
+	// Destination is the kind (BENCH_DESTS); IdempotencyClaim the spec.idempotency.claim its Destination kept.
+	Destination      string `json:"destination"`
+	IdempotencyClaim string `json:"idempotencyClaim,omitempty"`
+	DestLatencyMs    int    `json:"destinationLatencyMs"`
+	Actions          int    `json:"actions"`
+	Reconciles       int    `json:"maxConcurrentReconciles"`
 	// MaxInFlight is BENCH_MAX_IN_FLIGHT; Applied says whether the Destination kept it.
 	MaxInFlight int     `json:"maxInFlight"`
 	Applied     bool    `json:"maxInFlightApplied"`
@@ -210,10 +131,11 @@ func bound(raw float64, maxInFlight int, latency time.Duration) float64 {
 	return math.Min(raw, float64(maxInFlight)/latency.Seconds())
 }
 
-// latencyRow takes the medians of the runs of one latency (each run's ratio is against its own raw rate).
-func latencyRow(latencyMs, maxInFlight int, rs []Run) LatencyRow {
+// latencyRow takes the medians of the runs of one latency and destination kind (each run's ratio is against
+// its own raw rate).
+func latencyRow(latencyMs, maxInFlight int, kind string, rs []Run) LatencyRow {
 	if len(rs) == 0 {
-		return LatencyRow{DestLatencyMs: latencyMs, MaxInFlight: maxInFlight}
+		return LatencyRow{Destination: kind, DestLatencyMs: latencyMs, MaxInFlight: maxInFlight}
 	}
 	var tput, raw, bnd, ratio, p50, p99, c409, cpu []float64
 	for _, r := range rs {
@@ -225,7 +147,7 @@ func latencyRow(latencyMs, maxInFlight int, rs []Run) LatencyRow {
 		p50, p99 = append(p50, r.LatencyMs["p50"]), append(p99, r.LatencyMs["p99"])
 		c409, cpu = append(c409, r.Writes.ConflictsAll), append(cpu, r.CPUms.Manager)
 	}
-	return LatencyRow{DestLatencyMs: latencyMs, Actions: rs[0].Actions, Reconciles: rs[0].Reconciles, MaxInFlight: maxInFlight,
+	return LatencyRow{Destination: kind, IdempotencyClaim: rs[0].IdempotencyClaim, DestLatencyMs: latencyMs, Actions: rs[0].Actions, Reconciles: rs[0].Reconciles, MaxInFlight: maxInFlight,
 		Applied: rs[0].MaxInFlight > 0, Runs: len(rs), ActionsPerS: median(tput), RawPerS: median(raw), BoundPerS: median(bnd),
 		Ratio: median(ratio), P50Ms: median(p50), P99Ms: median(p99), ConflictsPerAction: median(c409), ManagerCPUms: median(cpu)}
 }
@@ -233,8 +155,8 @@ func latencyRow(latencyMs, maxInFlight int, rs []Run) LatencyRow {
 // latencyTable renders rows as a markdown table for docs/benchmarks.md.
 func latencyTable(rows []LatencyRow) string {
 	var b strings.Builder
-	b.WriteString("| destination latency | actions | reconciles | maxInFlight | runs | actions/s | raw obj/s | bound/s | ratio to bound | p50 ms | p99 ms | 409s per action | manager CPU ms per action |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| destination | destination latency | actions | reconciles | maxInFlight | runs | actions/s | raw obj/s | bound/s | ratio to bound | p50 ms | p99 ms | 409s per action | manager CPU ms per action |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		lat := "0"
 		if r.DestLatencyMs > 0 {
@@ -244,21 +166,11 @@ func latencyTable(rows []LatencyRow) string {
 		if !r.Applied {
 			mif += " (not applied)"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %.1f | %.1f | %.1f | %.2f | %.0f | %.0f | %.3f | %.2f |\n",
-			lat, r.Actions, r.Reconciles, mif, r.Runs, r.ActionsPerS, r.RawPerS, r.BoundPerS, r.Ratio, r.P50Ms, r.P99Ms,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %.1f | %.1f | %.1f | %.2f | %.0f | %.0f | %.3f | %.2f |\n",
+			destLabel(r.Destination, r.IdempotencyClaim), lat, r.Actions, r.Reconciles, mif, r.Runs, r.ActionsPerS, r.RawPerS, r.BoundPerS, r.Ratio, r.P50Ms, r.P99Ms,
 			r.ConflictsPerAction, r.ManagerCPUms)
 	}
 	return b.String()
-}
-
-// writeLatencyTable writes the table beside the JSON report (bin/bench/result.json ->
-// bin/bench/result-dest-latency.md), free of the test log's indentation, and returns its path.
-func writeLatencyTable(jsonPath, table string) (string, error) {
-	p := strings.TrimSuffix(jsonPath, ".json") + "-dest-latency.md"
-	if err := os.WriteFile(p, []byte(table), 0o600); err != nil { //nolint:gosec // BENCH_OUT is the user's own choice
-		return "", fmt.Errorf("writing %s: %w", p, err)
-	}
-	return p, nil
 }
 
 // TestDestLatencyKnobs checks the knob parsing, the bound and the markdown table (no control plane).
@@ -292,21 +204,21 @@ func TestDestLatencyKnobs(t *testing.T) {
 		{Actions: 10, Reconciles: 16, MaxInFlight: 16, ActionsPerSecond: 60, RawPerSecond: 150,
 			LatencyMs: map[string]float64{"p50": 230, "p99": 600}, Writes: Writes{ConflictsAll: 0.1}, CPUms: CPU{Manager: 5}},
 	}
-	r := latencyRow(200, 16, runs)
+	r := latencyRow(200, 16, destUnsafe, runs)
 	if r.Runs != 2 || r.ActionsPerS != 50 || r.BoundPerS != 80 || r.Ratio != 0.625 || r.P99Ms != 500 ||
 		r.ConflictsPerAction != 0.3 || r.ManagerCPUms != 4 || !r.Applied {
 		t.Fatalf("latencyRow = %+v", r)
 	}
-	table := latencyTable([]LatencyRow{r, latencyRow(0, 256, runs[:1])})
+	table := latencyTable([]LatencyRow{r, latencyRow(0, 256, destSafe, runs[:1])})
 	for _, want := range []string{
-		"| destination latency |", "| 200ms | 10 | 16 | 16 | 2 | 50.0 | 150.0 | 80.0 | 0.62 | 220 | 500 | 0.300 | 4.00 |",
-		"| 0 | 10 | 16 | 256 | 1 | 40.0 | 150.0 | 150.0 | 0.27 |",
+		"| destination | destination latency |", "| unsafe | 200ms | 10 | 16 | 16 | 2 | 50.0 | 150.0 | 80.0 | 0.62 | 220 | 500 | 0.300 | 4.00 |",
+		"| safe (no claim field) | 0 | 10 | 16 | 256 | 1 | 40.0 | 150.0 | 150.0 | 0.27 |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
 	}
-	if r := latencyRow(0, 256, []Run{{Actions: 1, ActionsPerSecond: 1, RawPerSecond: 1}}); r.Applied ||
+	if r := latencyRow(0, 256, destUnsafe, []Run{{Actions: 1, ActionsPerSecond: 1, RawPerSecond: 1}}); r.Applied ||
 		!strings.Contains(latencyTable([]LatencyRow{r}), "256 (not applied)") {
 		t.Errorf("a run without maxInFlight must show it was not applied: %+v", r)
 	}

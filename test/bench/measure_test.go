@@ -173,6 +173,21 @@ func rawStatuses(t *testing.T, e *envtestutil.Env) (claimed, done func(*actionsv
 	}, keyed
 }
 
+// statusFn returns the status the raw client writes on xa (one of the two of rawStatuses or shapeStatus).
+type statusFn = func(*actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus
+
+// rawClient is the raw baseline's client: envtest's, at the manager's client rate limit (rawClientQPS).
+func rawClient(t *testing.T, e *envtestutil.Env) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(e.Config)
+	cfg.QPS, cfg.Burst = rawClientQPS, rawClientBurst
+	c, err := client.New(cfg, client.Options{Scheme: app.Scheme})
+	if err != nil {
+		t.Fatalf("raw baseline client: %v", err)
+	}
+	return c
+}
+
 // rawWriteRate is the limit: a bare client doing exactly the writes one action needs (create, status claim,
 // status outcome) for n objects with conc workers, with no manager running, at the manager's client rate
 // limit (rawClientQPS), while the same observer watch as in the manager's runs (watchSucceeded) is open:
@@ -180,52 +195,44 @@ func rawStatuses(t *testing.T, e *envtestutil.Env) (claimed, done func(*actionsv
 func rawWriteRate(t *testing.T, e *envtestutil.Env, n, conc int) (float64, CPU) {
 	t.Helper()
 	ns := e.Namespace(t)
-	cfg := rest.CopyConfig(e.Config)
-	cfg.QPS, cfg.Burst = rawClientQPS, rawClientBurst
-	c, err := client.New(cfg, client.Options{Scheme: app.Scheme})
-	if err != nil {
-		t.Fatalf("raw baseline client: %v", err)
-	}
+	c := rawClient(t, e)
 	observer := watchSucceeded(t, e, ns)
 	defer observer.cancel()
 	claimed, done := rawStatuses(t, e)
 	meter := newCPUMeter(e, 0)
 	cpu0 := meter.read()
-	ctx := context.Background()
-	var next atomic.Int64
-	var wg sync.WaitGroup
 	start := time.Now()
-	for range conc {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1))
-				if i > n {
-					return
-				}
-				xa := envtestutil.Action(ns, fmt.Sprintf("raw-%d", i), "none", "/x", `{"i":1}`)
-				if err := c.Create(ctx, xa); err != nil {
-					t.Errorf("raw create: %v", err)
-					return
-				}
-				xa.Status = *claimed(xa)
-				if err := c.Status().Update(ctx, xa); err != nil {
-					t.Errorf("raw claim: %v", err)
-					return
-				}
-				xa.Status = *done(xa)
-				if err := c.Status().Update(ctx, xa); err != nil {
-					t.Errorf("raw outcome: %v", err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	rawWrites(t, c, ns, "raw", n, conc, claimed, done)
 	rate := float64(n) / time.Since(start).Seconds()
 	cpu := perActionCPU(cpu0, meter.read(), n)
 	// Remove them before the manager starts so it never sees them (no finalizers: nothing ran on them).
-	_ = e.Client.DeleteAllOf(ctx, &actionsv1alpha1.ExternalAction{}, client.InNamespace(ns))
+	_ = e.Client.DeleteAllOf(context.Background(), &actionsv1alpha1.ExternalAction{}, client.InNamespace(ns))
 	return rate, cpu
+}
+
+// rawWrites creates <prefix>-1 ... <prefix>-n in ns with conc workers, each followed by its claim status PUT
+// and its outcome status PUT (the statuses claimed and done return). A failed write ends the test.
+func rawWrites(t *testing.T, c client.Client, ns, prefix string, n, conc int, claimed, done statusFn) {
+	t.Helper()
+	ctx := context.Background()
+	err := forEach(n, conc, func(i int) error {
+		xa := envtestutil.Action(ns, fmt.Sprintf("%s-%d", prefix, i+1), "none", "/x", `{"i":1}`)
+		if err := c.Create(ctx, xa); err != nil {
+			return fmt.Errorf("raw create: %w", err)
+		}
+		xa.Status = *claimed(xa)
+		if err := c.Status().Update(ctx, xa); err != nil {
+			return fmt.Errorf("raw claim: %w", err)
+		}
+		xa.Status = *done(xa)
+		if err := c.Status().Update(ctx, xa); err != nil {
+			return fmt.Errorf("raw outcome: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Writes are API writes per action, by kind, from the API server's apiserver_request_total.

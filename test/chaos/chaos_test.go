@@ -55,7 +55,7 @@ func chaosParams() params {
 		maxEvents: 40, settle: 60 * time.Second}
 }
 
-// TestChaos runs both modes (dedup and no-dedup) at once against the same crashing managers, then checks every
+// TestChaos runs the three modes (dedup, no-dedup, and claimless: dedup without claims on first attempts) at once against the same crashing managers, then checks every
 // key: never applied twice, never lost, and (no-dedup) each phase consistent with the destination's count.
 func TestChaos(t *testing.T) {
 	p := chaosParams()
@@ -69,8 +69,11 @@ func TestChaos(t *testing.T) {
 	fl := newFleet(t)
 	tox := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	worlds := []*world{
-		newWorld(t, tox, "dedup", true, p.actions),
-		newWorld(t, tox, "no-dedup", false, p.actions),
+		newWorld(t, tox, "dedup", true, "", p.actions),
+		newWorld(t, tox, "no-dedup", false, "", p.actions),
+		// The claimless path: a deduplicating destination with idempotency.claim WhenUnsafe, so first attempts
+		// go without a claim write (create, send, one outcome write) while managers are killed mid-send.
+		newWorld(t, tox, "claimless", true, actionsv1alpha1.ClaimWhenUnsafe, p.actions),
 	}
 	t.Cleanup(fl.stopAll) // registered last: runs first, no manager process outlives the test
 
@@ -82,7 +85,7 @@ func TestChaos(t *testing.T) {
 	}
 	start := time.Now()
 
-	// Create the actions of both modes, interleaved, spread over the first 60% of the chaos period.
+	// Create the actions of every mode, interleaved, spread over the first 60% of the chaos period.
 	// The creator stops early if the test ends (a Fatal) before it is done.
 	var wg sync.WaitGroup
 	stopCreating := make(chan struct{})
@@ -186,6 +189,7 @@ func TestChaos(t *testing.T) {
 type world struct {
 	mode  string
 	dedup bool
+	claim actionsv1alpha1.ClaimPolicy
 	ns    string
 	srv   *destination.Server
 	total int
@@ -193,9 +197,9 @@ type world struct {
 	mu    sync.Mutex
 }
 
-func newWorld(t *testing.T, tox *toxiproxy.ApiServer, mode string, dedup bool, n int) *world {
+func newWorld(t *testing.T, tox *toxiproxy.ApiServer, mode string, dedup bool, claim actionsv1alpha1.ClaimPolicy, n int) *world {
 	t.Helper()
-	w := &world{mode: mode, dedup: dedup, total: n}
+	w := &world{mode: mode, dedup: dedup, claim: claim, total: n}
 	w.ns = fmt.Sprintf("chaos-%s-%d", mode, time.Now().UnixNano()%1_000_000)
 	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}); err != nil {
 		t.Fatalf("namespace: %v", err)
@@ -234,7 +238,7 @@ func newWorld(t *testing.T, tox *toxiproxy.ApiServer, mode string, dedup bool, n
 	if dedup {
 		env.CreateDestination(t, w.ns, "dest", url, func(s *actionsv1alpha1.DestinationSpec) {
 			policy(s)
-			s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Supported: true}
+			s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Supported: true, Claim: claim}
 		})
 	} else {
 		env.CreateDestination(t, w.ns, "checked", url, func(s *actionsv1alpha1.DestinationSpec) {
@@ -259,6 +263,11 @@ func (w *world) create(t *testing.T, i int) {
 	name := fmt.Sprintf("a-%04d", i)
 	key := w.ns + "/" + name
 	switch {
+	case i%20 == 9 && w.claim == actionsv1alpha1.ClaimWhenUnsafe:
+		// A claimless destination must answer every send of a key alike (concepts.md "Sends without a claim"):
+		// its rejection is stored and replayed, so two managers' overlapping sends both see it.
+		declined := destination.Step{Status: 422, Body: `{"code":"card_declined"}`}
+		w.srv.Script(key, declined, declined, declined, declined, declined, declined, declined, declined)
 	case i%20 == 9:
 		w.srv.Script(key, destination.Step{Status: 422, Body: `{"code":"card_declined"}`})
 	case i%10 == 3:
@@ -413,8 +422,16 @@ func (w *world) check(t *testing.T, kills int) {
 			}
 		}
 	}
-	t.Logf("mode %s: requests=%d replayed=%d uncertain-attempts=%d expired-claims=%d post-check-verdicts=%d",
-		w.mode, sum.Requests, sum.Replayed, uncertain, expired, postChecked)
+	// Sends beyond the attempts recorded: what a manager killed between a send and its record sent again (with
+	// a claim, the expired claim is counted as an attempt; without one, in claimless mode, it is not).
+	resent := 0
+	for _, xa := range items {
+		if n := w.srv.Requests(xa.Namespace+"/"+xa.Name) - int(xa.Status.Attempts); n > 0 && w.dedup {
+			resent += n
+		}
+	}
+	t.Logf("mode %s: requests=%d replayed=%d uncertain-attempts=%d expired-claims=%d post-check-verdicts=%d sends-beyond-attempts=%d",
+		w.mode, sum.Requests, sum.Replayed, uncertain, expired, postChecked, resent)
 
 	if len(w.names) != w.total {
 		t.Errorf("mode %s: created %d actions, want %d", w.mode, len(w.names), w.total)

@@ -144,8 +144,14 @@ func TestTracesOverOTLP(t *testing.T) {
 	env.CreateDestination(t, ns, "strict", shopURL, func(s *actionsv1alpha1.DestinationSpec) {
 		s.DeadLetter = &actionsv1alpha1.DeadLetterSink{DestinationRef: actionsv1alpha1.DestinationReference{Name: "cases"}, Path: "/cases"}
 	})
+	// idempotency.claim WhenUnsafe: a repeat-safe first attempt is sent without a claim; it is traced all the same,
+	// and keeps its history entry for the trace id although it is a single success.
+	env.CreateDestination(t, ns, "claimless", shopURL, func(s *actionsv1alpha1.DestinationSpec) {
+		s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Supported: true, Claim: actionsv1alpha1.ClaimWhenUnsafe}
+	})
 	startManager(t, kubeconfig)
 	env.Create(t, envtestutil.Action(ns, "order-4", "strict", "/orders", `{"n":4}`))
+	env.Create(t, envtestutil.Action(ns, "order-5", "claimless", "/orders", `{"n":5}`))
 
 	env.Create(t, envtestutil.Action(ns, "order-1", "shop", "/orders", `{"n":1}`))
 	joined := envtestutil.Action(ns, "order-2", "shop", "/orders", `{"n":2}`)
@@ -241,6 +247,15 @@ func TestTracesOverOTLP(t *testing.T) {
 	if got := shop.RequestLog(ns + "/order-3")[0].Header.Values("traceparent"); len(got) != 0 {
 		t.Errorf("traceContext None: the destination got traceparent %q", got)
 	}
+
+	c := env.WaitPhase(t, ns, "order-5", actionsv1alpha1.PhaseSucceeded, time.Minute)
+	if h := c.Status.AttemptHistory; len(h) != 1 || h[0].TraceID == "" ||
+		!strings.Contains(shop.RequestLog(ns + "/order-5")[0].Header.Get("traceparent"), h[0].TraceID) {
+		t.Errorf("claimless order-5: history %s; want its one traced attempt, the trace id sent to the destination", envtestutil.JSON(h))
+	}
+	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("the claimless attempt's span exported"), func() bool {
+		return len(rcv.find("attempt", tracing.AttrDestination, "Destination/"+ns+"/claimless")) == 1
+	})
 
 	waitDeadLetter(t, env, ns, "order-4", actionsv1alpha1.DeadLetterDelivered, time.Minute)
 	dl := shop.RequestLog(ns + "/order-4/dead-letter")

@@ -94,8 +94,8 @@ func TestResolveKeepsTrimmedFields(t *testing.T) {
 		t.Errorf("history after the decision = %s, want the 2 attempts, the last marked ResolvedNotApplied",
 			envtestutil.JSON(after.Status.AttemptHistory))
 	}
-	if len(after.Status.Conditions) != 3 || after.Status.LastError == "" {
-		t.Errorf("conditions %s and lastError %q after the decision, want Ready, Reconciling, Stalled and the last error",
+	if len(after.Status.Conditions) != 2 || after.Status.LastError == "" {
+		t.Errorf("conditions %s and lastError %q after the decision, want Ready, Stalled (Reconciling is removed once not True) and the last error",
 			envtestutil.JSON(after.Status.Conditions), after.Status.LastError)
 	}
 	if r := after.Status.Response; r == nil || r.Body != busy.Body || r.StatusCode != 503 {
