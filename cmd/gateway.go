@@ -62,6 +62,16 @@ func gatewayCmd(args []string, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "actionledger gateway: %v\n", err)
 		return 1
 	}
+	return runGateway(cfg, o)
+}
+
+// runGateway runs the gateway until a signal stops it, with tracing as the OTEL_* variables ask (docs/tracing.md).
+func runGateway(cfg *rest.Config, o gateway.RunOptions) int {
+	stopTracing, err := startTracing("actionledger-gateway", o.Log)
+	if err != nil {
+		return 1
+	}
+	defer stopTracing()
 	if err := gateway.Run(ctrl.SetupSignalHandler(), cfg, o); err != nil {
 		o.Log.Error(err, "Gateway stopped")
 		return 1

@@ -19,6 +19,7 @@ limitations under the License.
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	// Import all Kubernetes client auth plugins (e.g. Azure, GCP, OIDC, etc.)
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
+	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -40,6 +42,7 @@ import (
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/tracing"
 )
 
 func main() {
@@ -182,6 +185,11 @@ func run() int {
 		setupLog.Error(fmt.Errorf("--events=%q: want important or all", f.events), "Invalid flag")
 		return 2
 	}
+	stopTracing, err := startTracing("actionledger", setupLog)
+	if err != nil {
+		return 1
+	}
+	defer stopTracing()
 	cfg := ctrl.GetConfigOrDie()
 	cfg.QPS, cfg.Burst = float32(f.qps), f.burst
 	mgr, err := app.New(cfg, f.options())
@@ -211,6 +219,30 @@ func cidrsFlag(dst *[]netip.Prefix, name, usage string) {
 		*dst = append(*dst, p...)
 		return nil
 	})
+}
+
+// tracingFlushTimeout bounds the export of the spans still buffered when the process stops.
+const tracingFlushTimeout = 5 * time.Second
+
+// startTracing installs the OTLP (or console) exporter when the standard OTEL_* variables ask for one
+// (internal/tracing, docs/tracing.md); without them tracing is off and costs nothing. The returned function
+// flushes the spans still buffered.
+func startTracing(service string, log logr.Logger) (func(), error) {
+	shutdown, err := tracing.Setenv(context.Background(), service)
+	if err != nil {
+		log.Error(err, "Failed to set up tracing from the OTEL_* environment variables")
+		return nil, err
+	}
+	if tracing.Enabled() {
+		log.Info("Tracing enabled", "exporter", tracing.Exporter(os.Getenv))
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), tracingFlushTimeout)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			log.Error(err, "Failed to flush the last spans")
+		}
+	}, nil
 }
 
 func envOr(k, def string) string {

@@ -115,6 +115,19 @@ const (
 	ReasonOutputsNotAvailable = "OutputsNotAvailable"
 )
 
+// Reasons of status.deadLetter (and of its Events), docs/deadletter.md.
+const (
+	// ReasonDeadLetterDelivered: the sink accepted the record.
+	ReasonDeadLetterDelivered = "DeadLetterDelivered"
+	// ReasonDeadLetterRetrying: a delivery attempt failed in a way that proves nothing was applied (or the sink
+	// deduplicates); the next one is scheduled within the sink's retry policy.
+	ReasonDeadLetterRetrying = "DeadLetterRetrying"
+	// ReasonDeadLetterFailed: the sink refused the record or its retry policy ran out; it is not sent again.
+	ReasonDeadLetterFailed = "DeadLetterFailed"
+	// ReasonDeadLetterUncertain: a delivery may have reached a sink that does not deduplicate; it is not sent again.
+	ReasonDeadLetterUncertain = "DeadLetterUncertain"
+)
+
 // Event reasons of status writes the API server refused as Invalid (docs/security.md).
 const (
 	// ReasonUnclaimedOutcomeDiffers (a Warning Event): two sends of a first attempt without a claim
@@ -145,6 +158,9 @@ const (
 	// AnnotationOutputOfUID, on an output object, is the UID of the ExternalAction that wrote it: an object
 	// without this action's UID is not the action's, and is never changed.
 	AnnotationOutputOfUID = "actions.actionledger.dev/output-of-uid"
+	// AnnotationTraceparent carries a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>) of the pipeline that created
+	// the action: the action's spans join that trace (docs/tracing.md). A malformed value is ignored.
+	AnnotationTraceparent = "actions.actionledger.dev/traceparent"
 	// Finalizer keeps deletion honest (DESIGN rule 8): the tombstone is written before it is removed.
 	Finalizer = "actions.actionledger.dev/ledger"
 )

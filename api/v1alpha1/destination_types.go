@@ -519,6 +519,65 @@ type DestinationSpec struct {
 	// retention says how long finished actions and their tombstones are kept.
 	// +optional
 	Retention *Retention `json:"retention,omitempty"`
+
+	// deadLetter hands an action sent to this destination that ends in one of deadLetter.phases (by default Exhausted and Failed) on to another destination, the sink: the manager delivers one CloudEvents 1.0 record of the case to it. It never re-sends the action's request and never changes its phase.
+	// +optional
+	DeadLetter *DeadLetterSink `json:"deadLetter,omitempty"`
+
+	// traceContext says whether each attempt carries the W3C Trace Context headers (traceparent, and tracestate when there is one) of its span to this destination: Propagate (the default) or None. They are sent only when there is a trace: the manager exports traces (the standard OTEL_EXPORTER_OTLP_* variables are set), or the action joins a pipeline's trace (annotation actions.actionledger.dev/traceparent). They are never derived from the idempotency key.
+	// +optional
+	TraceContext TraceContextMode `json:"traceContext,omitempty"`
+}
+
+// TraceContextMode says whether the W3C Trace Context headers go to a destination.
+// +kubebuilder:validation:Enum=Propagate;None
+type TraceContextMode string
+
+const (
+	// TraceContextPropagate sends traceparent (and tracestate) with each attempt when there is a trace.
+	TraceContextPropagate TraceContextMode = "Propagate"
+	// TraceContextNone never sends them.
+	TraceContextNone TraceContextMode = "None"
+)
+
+// DeadLetterPhase is a terminal phase whose actions go to the dead-letter sink.
+// +kubebuilder:validation:Enum=Exhausted;Failed;OutcomeUnknown
+type DeadLetterPhase string
+
+// CloudEventMode is the CloudEvents HTTP content mode of a dead-letter record.
+// +kubebuilder:validation:Enum=Binary;Structured
+type CloudEventMode string
+
+const (
+	// CloudEventBinary puts the attributes in ce-* headers and the record in the body (application/json).
+	CloudEventBinary CloudEventMode = "Binary"
+	// CloudEventStructured sends the whole event as one application/cloudevents+json body.
+	CloudEventStructured CloudEventMode = "Structured"
+)
+
+// DeadLetterSink is where the actions of a destination go when they end without success: one CloudEvents 1.0 record per action (type dev.actionledger.externalaction.deadletter, id the action's key followed by /dead-letter), sent by HTTP POST with that id as the sink's idempotency key and retried with the sink's own retry policy.
+type DeadLetterSink struct {
+	// destinationRef names the sink: a Destination in the action's namespace, or a ClusterDestination whose namespaceSelector admits the action's namespace (otherwise nothing is sent and status.deadLetter says why, reason NamespaceNotAllowed). The sink's url, timeout, tls, auth, signing, idempotency, effect, retryPolicy and limits apply to the delivery; its own deadLetter does not (a record is never dead-lettered again). On a ClusterDestination it must name a ClusterDestination.
+	// +required
+	DestinationRef DestinationReference `json:"destinationRef"`
+
+	// phases are the terminal phases whose actions are delivered: any of Exhausted, Failed and OutcomeUnknown; the default is Exhausted and Failed. OutcomeUnknown goes to the sink only when listed, since a person may still decide it.
+	// +optional
+	// +kubebuilder:validation:MaxItems=3
+	// +listType=set
+	Phases []DeadLetterPhase `json:"phases,omitempty"`
+
+	// path is appended to the sink's url, with the same rules as an action's request.path; the default is "/".
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^/[^\s]*$`
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^([^?#]*/)?(\\.|%2[eE]){1,2}([/?#]|$)')`,message="deadLetter.path may not contain a '.' or '..' segment, literal or percent-encoded (%2e): it would leave the sink's base URL; remove the dot segments"
+	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[^?#]*(%2[fF]|%5[cC]|\\\\)')`,message="deadLetter.path may not contain an encoded slash (%2F), a backslash or an encoded backslash (%5C) before the query; use plain '/' between segments"
+	Path string `json:"path,omitempty"`
+
+	// mode is the CloudEvents HTTP content mode: Binary (the default: attributes in ce-* headers, the record as an application/json body) or Structured (the whole event as an application/cloudevents+json body).
+	// +optional
+	Mode CloudEventMode `json:"mode,omitempty"`
 }
 
 // DestinationStatus is the observed state of a Destination.
@@ -570,6 +629,7 @@ type DestinationList struct {
 // ClusterDestinationSpec is a DestinationSpec plus the namespaces allowed to use it.
 // The keyFormat rule is a transition rule (optionalOldSelf): a stored ClusterDestination whose keyFormat was accepted by an earlier, looser rule keeps working, and may be edited, as long as the keyFormat itself is left unchanged; a new or changed keyFormat must satisfy the rule.
 // +kubebuilder:validation:XValidation:rule=`(has(self.idempotency) && has(self.idempotency.keyFormat) && self.idempotency.keyFormat.size() > 0 ? (self.idempotency.keyFormat.matches('^[^{]*[{]namespace[}][^-a-z0-9{]') && self.idempotency.keyFormat.contains('{name}')) || (self.idempotency.keyFormat.matches('^[^{]*[{]name[}][^-a-z0-9.{]') && self.idempotency.keyFormat.contains('{namespace}')) : true) || (oldSelf.hasValue() && has(oldSelf.value().idempotency) && has(oldSelf.value().idempotency.keyFormat) && has(self.idempotency) && has(self.idempotency.keyFormat) && oldSelf.value().idempotency.keyFormat == self.idempotency.keyFormat)`,optionalOldSelf=true,fieldPath=".idempotency.keyFormat",message="keyFormat of a ClusterDestination must contain {namespace} and {name}, the first of the two preceded by text without '{' and followed by a character that cannot occur in it (after {namespace} not a-z, 0-9, '-' or '{', such as '/', '.' or ':'; after {name} not a-z, 0-9, '-', '.' or '{', such as '/' or ':'), for example {namespace}/{name}: every namespace may use it, and otherwise two tenants' actions can send the same key ({namespace}-{name} gives team-a-pay-1 for both team/a-pay-1 and team-a/pay-1)"
+// +kubebuilder:validation:XValidation:rule="!has(self.deadLetter) || self.deadLetter.destinationRef.kind == 'ClusterDestination'",message="deadLetter.destinationRef of a ClusterDestination must name a ClusterDestination (kind: ClusterDestination): a Destination would be looked up in each action's namespace, where its tenant controls it"
 // +kubebuilder:validation:XValidation:rule="!has(self.serviceAccountName)",message="serviceAccountName is for namespaced Destinations: a ClusterDestination reads its Secrets in the controller's namespace with the manager's rights; remove serviceAccountName"
 type ClusterDestinationSpec struct {
 	DestinationSpec `json:",inline"`

@@ -116,6 +116,7 @@ type ActionOutputs struct {
 // ExternalActionSpec declares one business action. The object's namespace/name is the idempotency key; destinationRef, request and successWhen form its fingerprint and cannot change.
 // +kubebuilder:validation:XValidation:rule="has(self.successWhen) == has(oldSelf.successWhen)",message="spec.successWhen is immutable: it is part of the action's fingerprint. The name is the idempotency key; to perform a different action, create a new ExternalAction with a new name"
 // +kubebuilder:validation:XValidation:rule="has(self.subject) == has(oldSelf.subject)",message="spec.subject is immutable: it decides which actions wait for each other. To act on another subject, create a new ExternalAction with a new name"
+// +kubebuilder:validation:XValidation:rule="has(self.deadLetter) == has(oldSelf.deadLetter)",message="spec.deadLetter is immutable: it decides where the action's record goes once. To use another sink, create a new ExternalAction with a new name"
 // +kubebuilder:validation:XValidation:rule="has(self.outputs) == has(oldSelf.outputs)",message="spec.outputs is immutable: the outputs are decided by the response the action records once. To write other outputs, create a new ExternalAction with a new name"
 type ExternalActionSpec struct {
 	// destinationRef names the Destination or ClusterDestination the action is sent to. It is immutable.
@@ -149,6 +150,11 @@ type ExternalActionSpec struct {
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.outputs is immutable: the outputs are decided by the response the action records once. To write other outputs, create a new ExternalAction with a new name"
 	Outputs *ActionOutputs `json:"outputs,omitempty"`
+
+	// deadLetter overrides the destination's spec.deadLetter for this action: where its record goes when it ends in one of the sink's phases (a Destination of this namespace, or a ClusterDestination whose namespaceSelector admits it). It is optional, immutable and not part of the fingerprint.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.deadLetter is immutable: it decides where the action's record goes once. To use another sink, create a new ExternalAction with a new name"
+	DeadLetter *DeadLetterSink `json:"deadLetter,omitempty"`
 
 	// ttlSecondsAfterFinished overrides the destination's retention.ttlAfterFinished for this action: how many seconds the finished object is kept, from 0 to 7776000 (90 days).
 	// +optional
@@ -226,6 +232,77 @@ type AttemptRecord struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	RetryAfter string `json:"retryAfter,omitempty"`
+
+	// traceID is the W3C trace id (32 lower-case hex digits) of the attempt's span, when the manager traces; `kubectl actionledger history` prints it. It is never derived from the idempotency key.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{32}$`
+	TraceID string `json:"traceID,omitempty"`
+}
+
+// DeadLetterState is where the delivery of an action's dead-letter record stands.
+// +kubebuilder:validation:Enum=Pending;Delivering;Delivered;Failed;Uncertain;Refused
+type DeadLetterState string
+
+const (
+	// DeadLetterPending: the record is due and waits for its next delivery attempt (nextAttemptAt).
+	DeadLetterPending DeadLetterState = "Pending"
+	// DeadLetterDelivering: a delivery attempt is claimed (claim) and may be in flight.
+	DeadLetterDelivering DeadLetterState = "Delivering"
+	// DeadLetterDelivered: the sink accepted the record (a 2xx); final.
+	DeadLetterDelivered DeadLetterState = "Delivered"
+	// DeadLetterFailed: the sink refused the record (a 4xx not retried) or its retry policy ran out; final.
+	DeadLetterFailed DeadLetterState = "Failed"
+	// DeadLetterUncertain: a delivery may have reached a sink that does not deduplicate and nothing can prove it
+	// either way, so it is not sent again (DESIGN rule 3); final.
+	DeadLetterUncertain DeadLetterState = "Uncertain"
+	// DeadLetterRefused: the sink cannot be used (missing, namespace not admitted, egress denied, Secrets not
+	// allowed); nothing was sent. Checked again while the action is kept.
+	DeadLetterRefused DeadLetterState = "Refused"
+)
+
+// DeadLetterStatus is the ledger of the one dead-letter record of an action: claimed before each delivery attempt and recorded after it, like an action's own attempts.
+type DeadLetterStatus struct {
+	// sink is the sink's identity: Destination/<namespace>/<name> or ClusterDestination/<name>.
+	// +kubebuilder:validation:MaxLength=512
+	Sink string `json:"sink"`
+	// idempotencyKey is the key sent to the sink and the CloudEvent's id: the action's key followed by /dead-letter.
+	// +kubebuilder:validation:MaxLength=512
+	IdempotencyKey string `json:"idempotencyKey"`
+	// phase is the action's phase the record reports.
+	Phase Phase `json:"phase"`
+	// state is Pending, Delivering, Delivered, Failed, Uncertain or Refused.
+	State DeadLetterState `json:"state"`
+	// attempts is the number of delivery attempts claimed so far.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// claim is the delivery attempt that is open now, if any (written before the record is sent).
+	// +optional
+	Claim *AttemptClaim `json:"claim,omitempty"`
+	// nextAttemptAt is the earliest time of the next delivery attempt.
+	// +optional
+	NextAttemptAt *metav1.Time `json:"nextAttemptAt,omitempty"`
+	// deadline is the delivery's overall deadline: its first claim plus the sink's retryPolicy.deadline.
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
+	// deliveredAt is when the sink accepted the record.
+	// +optional
+	DeliveredAt *metav1.Time `json:"deliveredAt,omitempty"`
+	// statusCode is the sink's last HTTP status code.
+	// +optional
+	StatusCode int32 `json:"statusCode,omitempty"`
+	// errorClass is the class of the last transport failure, when no response arrived.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ErrorClass string `json:"errorClass,omitempty"`
+	// reason is a CamelCase reason: DeadLetterDelivered, DeadLetterRetrying, DeadLetterFailed, DeadLetterUncertain, or why the sink was refused (NamespaceNotAllowed, DestinationNotReady, ...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
+	// message says what happened, in short; never a secret.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // ResponseRecord is the recorded outcome of the deciding attempt.
@@ -360,6 +437,9 @@ type ExternalActionStatus struct {
 	// resolution is a person's decision, when one was made.
 	// +optional
 	Resolution *Resolution `json:"resolution,omitempty"`
+	// deadLetter is the delivery of the action's record to its destination's dead-letter sink (spec.deadLetter of the Destination), once the action ended in one of the sink's phases.
+	// +optional
+	DeadLetter *DeadLetterStatus `json:"deadLetter,omitempty"`
 	// lastError is the last failure in short form: the error class or status code, and the reason. It never contains a secret.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024

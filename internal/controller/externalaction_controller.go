@@ -48,6 +48,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/deadletter"
 	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/expr"
@@ -158,6 +159,8 @@ type parts struct {
 	store    tombstone.Store
 	health   *storeHealth
 	mailbox  *mailbox
+	// deadletter delivers the dead-letter records of terminal actions (spec.deadLetter of their destination).
+	deadletter *deadletter.Manager
 }
 
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=externalactions,verbs=get;list;watch;update;patch;delete
@@ -282,6 +285,10 @@ func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *ac
 	if xa.Status.ObservedGeneration != xa.Generation {
 		return r.observeFinished(ctx, xa)
 	}
+	// A dead-letter record due is delivered, or settled, before the action can be collected.
+	if res, done, err := r.parts.deadletter.Reconcile(ctx, xa); done {
+		return res, err
+	}
 	if xa.Status.ExpiresAt != nil && xa.Status.Phase != actionsv1alpha1.PhaseOutcomeUnknown {
 		if left := xa.Status.ExpiresAt.Sub(now); left > 0 {
 			return ctrl.Result{RequeueAfter: left}, nil
@@ -325,6 +332,10 @@ func (r *ExternalActionReconciler) build() {
 			return r.env(xa, nil, r.Clock.Now())
 		}}
 	p.sender = &send.Sender{Executor: r.Executor, Exprs: r.Exprs, Clock: r.Clock, Succeeded: p.outputs.Hold}
+	p.deadletter = &deadletter.Manager{Reader: r.APIReader, Resolver: p.resolver, Writer: p.writer, Executor: r.Executor, Clock: r.Clock,
+		Env:     func(xa *actionsv1alpha1.ExternalAction) ledger.Env { return r.env(xa, nil, r.Clock.Now()) },
+		Submit:  r.submit,
+		HasRoom: func(id, ns string) bool { return r.Dispatcher.HasRoom(id, ns) }}
 	p.store = r.Options.TombstoneStore
 	if p.store == nil {
 		p.store = &objects.Store{Client: r.Client, Reader: r.APIReader, Index: r.Options.Tombstones}

@@ -19,6 +19,7 @@ import (
 	"github.com/actionledger/actionledger/internal/outputs"
 	"github.com/actionledger/actionledger/internal/send"
 	"github.com/actionledger/actionledger/internal/status"
+	"github.com/actionledger/actionledger/internal/tracing"
 )
 
 // One reconcile of an active (Pending or InProgress) action is an ordered list of gates. Each gate observes one
@@ -317,7 +318,9 @@ func (a *active) claimAndSend(ctx context.Context) (ctrl.Result, error) {
 	}
 	logger := log.FromContext(ctx)
 	attempt := f.step.Status.Claim.Attempt
-	claimed, err := r.parts.writer.Claim(ctx, xa, f.step)
+	ctx, span := tracing.Reconcile(ctx, xa, f.dest.ID, f.now) // reconcile -> claim -> attempt (tracing.go)
+	defer span.End()
+	claimed, err := a.claim(ctx, attempt)
 	if errors.Is(err, status.ErrClaimLost) {
 		logger.V(1).Info("claim lost to a newer version; nothing sent", "attempt", attempt)
 		return ctrl.Result{RequeueAfter: requeueClaimLost}, nil
@@ -329,7 +332,8 @@ func (a *active) claimAndSend(ctx context.Context) (ctrl.Result, error) {
 		metrics.Retries.WithLabelValues(f.dest.ID).Inc()
 	}
 	logger.V(1).Info("claimed; dispatching", "attempt", attempt, "destination", f.dest.ID)
-	p, err := r.submit(ctx, r.parts.sender.Job(claimed, f.dest, f.target, f.body, f.env, f.env.Margin()))
+	job := r.parts.sender.Job(claimed, f.dest, f.target, f.body, f.env, f.env.Margin())
+	p, err := r.submit(ctx, tracing.Attempt(ctx, job, destination.Method(xa), send.Traced))
 	switch {
 	case errors.Is(err, dispatch.ErrAlreadyQueued):
 		// Not reached (Reconcile waits while the dispatcher holds the key); the claim just written then follows
@@ -343,6 +347,15 @@ func (a *active) claimAndSend(ctx context.Context) (ctrl.Result, error) {
 	return requeueAt(claimed.Status.Claim.ExpiresAt.Time, r.Clock.Now()), nil
 }
 
+// claim writes the claim of attempt in its span (a child of the reconcile span in ctx; none when tracing is off).
+func (a *active) claim(ctx context.Context, attempt int32) (*actionsv1alpha1.ExternalAction, error) {
+	ctx, span := tracing.Start(ctx, "claim", attempt)
+	defer span.End()
+	claimed, err := a.r.parts.writer.Claim(ctx, a.xa, a.f.step)
+	tracing.Fail(span, err)
+	return claimed, err
+}
+
 // sendUnclaimed hands a repeat-safe first attempt to the dispatcher without writing its claim: create, send,
 // one outcome write. A repeat cannot make a second effect, and ledger.ClaimlessWindow bounds how often a
 // manager that dies before the record can send it again.
@@ -352,7 +365,10 @@ func (a *active) sendUnclaimed(ctx context.Context) (ctrl.Result, error) {
 	sent.Status = *f.step.Status
 	log.FromContext(ctx).V(1).Info("dispatching without a claim (idempotency.claim WhenUnsafe)", "attempt", sent.Status.Claim.Attempt,
 		"destination", f.dest.ID)
-	p, err := r.submit(ctx, r.parts.sender.UnclaimedJob(sent, f.dest, f.target, f.body, f.env, f.env.Margin()))
+	ctx, span := tracing.Reconcile(ctx, a.xa, f.dest.ID, f.now) // reconcile -> attempt, no claim span (tracing.go)
+	defer span.End()
+	job := r.parts.sender.UnclaimedJob(sent, f.dest, f.target, f.body, f.env, f.env.Margin())
+	p, err := r.submit(ctx, tracing.Attempt(ctx, job, destination.Method(a.xa), send.Traced))
 	switch {
 	case errors.Is(err, dispatch.ErrAlreadyQueued):
 		return ctrl.Result{RequeueAfter: requeueInFlight}, nil

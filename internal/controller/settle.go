@@ -13,14 +13,22 @@ import (
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/retry"
 	"github.com/actionledger/actionledger/internal/send"
+	"github.com/actionledger/actionledger/internal/tracing"
 )
 
-// settle records a result held in the mailbox: an attempt's outcome (record) or a post-check's verdict
-// (recordCheck).
+// settle records a result held in the mailbox: an attempt's outcome (record), a post-check's verdict
+// (recordCheck) or a dead-letter delivery's outcome (internal/deadletter).
 func (r *ExternalActionReconciler) settle(ctx context.Context, xa *actionsv1alpha1.ExternalAction, p *send.Result) (ctrl.Result, error) {
 	if p.Check != nil {
 		p.Env.Now = r.Clock.Now()
 		return r.recordCheck(ctx, xa, p)
+	}
+	if p.DeadLetter { // a delivery of the action's dead-letter record (internal/deadletter), not an attempt
+		res, err := r.parts.deadletter.Record(ctx, xa, p)
+		if err == nil {
+			r.parts.mailbox.drop(client.ObjectKeyFromObject(xa))
+		}
+		return res, err
 	}
 	return r.record(ctx, xa, p)
 }
@@ -36,6 +44,8 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 	nn := client.ObjectKeyFromObject(cur)
 	r.parts.mailbox.store(nn, p)
 	attempt, outcome := p.Attempt, p.Outcome
+	ctx, span := tracing.StartFrom(ctx, p.Span, "record", attempt) // a child of the attempt span (tracing.go)
+	defer span.End()
 	s := r.parts.writer.Settle(ctx, cur, func(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
 		if p.Unclaimed != nil {
 			return ledger.RecordUnclaimed(st, p.Unclaimed, outcome, p.Env)

@@ -400,7 +400,9 @@ func (g *Gateway) create(w http.ResponseWriter, r *http.Request, u user.Info, xa
 	obj := client.ObjectKeyFromObject(xa)
 	log := g.opts.Log.WithValues("externalAction", obj.String())
 	wait, applied := WaitPreference(r.Header.Values("Prefer"), g.opts.DefaultWait, g.opts.MaxWait)
-	err := g.callers.Create(asCaller(r.Context(), u), xa)
+	ctx, span := continueTrace(r, xa)
+	defer span.End()
+	err := g.callers.Create(asCaller(ctx, u), xa)
 	switch {
 	case apierrors.IsForbidden(err):
 		// RBAC's refusal, or an admission policy's or webhook's: the API server's message says which. Only a

@@ -130,7 +130,14 @@ type Outcome struct {
 	RetryAfter string
 	// Response is the recorded response (capped body), nil without one.
 	Response *actionsv1alpha1.ResponseRecord
+	// TraceID is the trace id of the attempt's span (internal/tracing), "" when it was not traced. It goes into
+	// the attempt's history entry; a traced attempt keeps that entry even when it is the only one (Traced).
+	TraceID string
 }
+
+// Traced reports whether o's attempt was traced: its attemptHistory entry is then kept, even for a single
+// successful attempt, so that `kubectl actionledger history` can print the trace id.
+func Traced(o Outcome) bool { return o.TraceID != "" }
 
 // Verdict is a post-check's answer.
 type Verdict string
@@ -257,8 +264,9 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 		StatusCode: int32(o.StatusCode), //nolint:gosec // G115: HTTP status codes are three digits
 		ErrorClass: o.ErrorClass,
 		RetryAfter: o.RetryAfter,
+		TraceID:    o.TraceID,
 	}
-	if !firstSuccess(st, attempt, o) {
+	if !firstSuccess(st, attempt, o) || Traced(o) { // a traced attempt keeps its entry, for its trace id
 		upsertHistory(st, rec)
 	}
 	if o.Response != nil {

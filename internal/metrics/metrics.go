@@ -126,6 +126,9 @@ func InitDestination(id string) {
 	Retries.WithLabelValues(id)
 	Exhausted.WithLabelValues(id)
 	AttemptDuration.WithLabelValues(id)
+	for _, o := range DeadLetterOutcomes {
+		DeadLetterDeliveries.WithLabelValues(id, o)
+	}
 }
 
 // ForgetDestination deletes every series of the destination id ("Destination/<namespace>/<name>" or
@@ -137,7 +140,7 @@ func ForgetDestination(id string) int {
 	n := 0
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{Attempts, Retries, Exhausted, AttemptDuration, Delayed} {
+	}{Attempts, Retries, Exhausted, AttemptDuration, Delayed, DeadLetterDeliveries} {
 		n += v.DeletePartialMatch(match)
 	}
 	return n

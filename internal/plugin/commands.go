@@ -54,7 +54,7 @@ func (p *Plugin) History(ctx context.Context, name string) error {
 		_, _ = fmt.Fprintf(p.Out, "Showing the last %d of %d attempts (status keeps the last 10).\n", len(first), st.Attempts)
 	}
 	tw := tabwriter.NewWriter(p.Out, 0, 4, 3, ' ', 0)
-	_, _ = fmt.Fprintln(tw, "ATTEMPT\tSTARTED\tFINISHED\tRESULT\tCODE/ERROR\tRETRY-AFTER")
+	_, _ = fmt.Fprintln(tw, "ATTEMPT\tSTARTED\tFINISHED\tRESULT\tCODE/ERROR\tRETRY-AFTER\tTRACE")
 	for _, a := range st.AttemptHistory {
 		finished := "-"
 		if a.FinishedAt != nil {
@@ -68,12 +68,29 @@ func (p *Plugin) History(ctx context.Context, name string) error {
 		if !a.StartedAt.IsZero() {
 			started = stamp(a.StartedAt.Time)
 		}
-		_, _ = fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", a.Number, started, finished, a.Result, dash(outcome), dash(a.RetryAfter))
+		_, _ = fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Number, started, finished, a.Result, dash(outcome),
+			dash(a.RetryAfter), dash(a.TraceID))
 	}
 	if c := st.Claim; c != nil {
-		_, _ = fmt.Fprintf(tw, "%d\t%s\t-\topen (claim expires %s)\t-\t-\n", c.Attempt, stamp(c.StartedAt.Time), stamp(c.ExpiresAt.Time))
+		_, _ = fmt.Fprintf(tw, "%d\t%s\t-\topen (claim expires %s)\t-\t-\t-\n", c.Attempt, stamp(c.StartedAt.Time), stamp(c.ExpiresAt.Time))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return p.deadLetter(st.DeadLetter)
+}
+
+// deadLetter prints where the action's dead-letter record stands (status.deadLetter), if it has one.
+func (p *Plugin) deadLetter(dl *actionsv1alpha1.DeadLetterStatus) error {
+	if dl == nil {
+		return nil
+	}
+	code := ""
+	if dl.StatusCode != 0 {
+		code = fmt.Sprintf(", last status %d", dl.StatusCode)
+	}
+	_, err := fmt.Fprintf(p.Out, "Dead letter to %s: %s after %d attempt(s)%s: %s\n", dl.Sink, dl.State, dl.Attempts, code, dl.Message)
+	return err
 }
 
 func dash(s string) string {

@@ -227,7 +227,8 @@ func TestHistory(t *testing.T) {
 	createAction(t, envtestutil.Action(ns, "h", "demo", "/x", ""), func(st *actionsv1alpha1.ExternalActionStatus) {
 		st.Attempts = 3
 		st.AttemptHistory = []actionsv1alpha1.AttemptRecord{
-			{Number: 1, StartedAt: ts(-3 * time.Minute), FinishedAt: tsp(-3*time.Minute + time.Second), Result: "Retryable", StatusCode: 503, RetryAfter: "120"},
+			{Number: 1, StartedAt: ts(-3 * time.Minute), FinishedAt: tsp(-3*time.Minute + time.Second), Result: "Retryable", StatusCode: 503, RetryAfter: "120",
+				TraceID: "4bf92f3577b34da6a3ce929d0e0e4736"},
 			{Number: 2, StartedAt: ts(-time.Minute), FinishedAt: tsp(-time.Minute + time.Second), Result: "NotSent", ErrorClass: "Dial"},
 		}
 		st.Claim = &actionsv1alpha1.AttemptClaim{Attempt: 3, Holder: "m", StartedAt: ts(-time.Second), ExpiresAt: ts(30 * time.Second)}
@@ -239,10 +240,10 @@ func TestHistory(t *testing.T) {
 	}
 	got := strings.Split(strings.TrimSpace(out.String()), "\n")
 	want := [][]string{
-		{"ATTEMPT", "STARTED", "FINISHED", "RESULT", "CODE/ERROR", "RETRY-AFTER"},
-		{"1", "2026-12-01T09:57:00Z", "2026-12-01T09:57:01Z", "Retryable", "503", "120"},
-		{"2", "2026-12-01T09:59:00Z", "2026-12-01T09:59:01Z", "NotSent", "Dial", "-"},
-		{"3", "2026-12-01T09:59:59Z", "-", "open", "(claim", "expires", "2026-12-01T10:00:30Z)", "-", "-"},
+		{"ATTEMPT", "STARTED", "FINISHED", "RESULT", "CODE/ERROR", "RETRY-AFTER", "TRACE"},
+		{"1", "2026-12-01T09:57:00Z", "2026-12-01T09:57:01Z", "Retryable", "503", "120", "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"2", "2026-12-01T09:59:00Z", "2026-12-01T09:59:01Z", "NotSent", "Dial", "-", "-"},
+		{"3", "2026-12-01T09:59:59Z", "-", "open", "(claim", "expires", "2026-12-01T10:00:30Z)", "-", "-", "-"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("history has %d lines, want %d:\n%s", len(got), len(want), out)
@@ -263,7 +264,7 @@ func TestHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 ||
-		strings.Join(strings.Fields(lines[1]), " ") != "1 - 2026-12-01T09:59:00Z Success 201 -" {
+		strings.Join(strings.Fields(lines[1]), " ") != "1 - 2026-12-01T09:59:00Z Success 201 - -" {
 		t.Errorf("history of a first attempt's success:\n%s", out)
 	}
 	createAction(t, envtestutil.Action(ns, "new", "demo", "/x", ""), nil)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/redact"
 	"github.com/actionledger/actionledger/internal/retry"
+	"github.com/actionledger/actionledger/internal/tracing"
 )
 
 const (
@@ -63,6 +65,12 @@ type Result struct {
 	// Abandoned: the send was cut because the shutdown grace ended (not by its own deadline). Its outcome is
 	// not recorded: the claim is left open and follows DESIGN rule 3 after a restart.
 	Abandoned bool
+	// Span is the context of the attempt's span (tracing.Attempt), for the span of its record; empty when the
+	// attempt was not traced.
+	Span trace.SpanContext
+	// DeadLetter: the result of a delivery attempt of the action's dead-letter record (internal/deadletter),
+	// recorded in status.deadLetter and never as an attempt of the action.
+	DeadLetter bool
 }
 
 // CheckResult is a post-check's answer.
@@ -124,6 +132,17 @@ func (s *Sender) Job(claimed *actionsv1alpha1.ExternalAction, dest *destination.
 		},
 		NotRun: func(err error) *Result { return result(NotRunOutcome(err, s.Clock.Now())) },
 	}
+}
+
+// Traced is tracing.Attempt's done for an attempt's job: it keeps the attempt span's context with p (its trace
+// id goes into the attempt's history entry) and sets the outcome's attributes on the span.
+func Traced(p *Result, span trace.Span) {
+	sc := span.SpanContext()
+	if p == nil || !sc.IsValid() {
+		return
+	}
+	p.Span, p.Outcome.TraceID = sc, sc.TraceID().String()
+	tracing.Outcome(span, p.Outcome.StatusCode, p.Outcome.ErrorClass, string(p.Outcome.Class))
 }
 
 // UnclaimedJob is Job for an attempt sent without a claim (ledger.Step.Unclaimed): sent is the action with the
@@ -221,6 +240,7 @@ func (s *Sender) send(ctx context.Context, xa *actionsv1alpha1.ExternalAction, d
 		h[k] = append([]string(nil), vs...)
 	}
 	h.Set(dest.KeyHeader, xa.Status.IdempotencyKey)
+	tracing.Inject(ctx, h, dest.Spec.TraceContext) // the attempt span's traceparent, beside the key (never from it)
 	red, token, err := dest.Authorize(ctx, h, body, xa.Status.IdempotencyKey)
 	if err != nil {
 		// Nothing was sent to the destination: retried within the policy like a refused dial, not before a

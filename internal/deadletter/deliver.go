@@ -1,0 +1,358 @@
+package deadletter
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/destination"
+	"github.com/actionledger/actionledger/internal/dispatch"
+	"github.com/actionledger/actionledger/internal/httpexec"
+	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/metrics"
+	"github.com/actionledger/actionledger/internal/retry"
+	"github.com/actionledger/actionledger/internal/send"
+	"github.com/actionledger/actionledger/internal/status"
+	"github.com/actionledger/actionledger/internal/tracing"
+)
+
+// Requeue delays of a delivery, named once.
+const (
+	// requeueClaimLost: the claim lost a Conflict; the newer object decides again.
+	requeueClaimLost = 200 * time.Millisecond
+	// requeueNoRoom: the sink has no room in the dispatcher.
+	requeueNoRoom = 300 * time.Millisecond
+	// requeueNow: a result is back (in the mailbox) or a status was written: look again at once.
+	requeueNow = time.Millisecond
+)
+
+// Manager delivers dead-letter records. The controller calls Reconcile for every terminal action (before its
+// collection) and Record for a delivery result handed back by the dispatcher.
+type Manager struct {
+	// Reader reads fresh copies from the API server (the manager's APIReader): the cache trims finished actions.
+	Reader   client.Reader
+	Resolver *destination.Resolver
+	Writer   *status.Writer
+	Executor httpexec.Executor
+	Clock    clock.PassiveClock
+	// Env is the decision environment of the action (holder, claim margin, jitter); the sink's policy,
+	// timeout and repeat safety replace the destination's.
+	Env func(xa *actionsv1alpha1.ExternalAction) ledger.Env
+	// Submit hands a claimed job to the dispatcher (the reconciler's submit); a result already back is in the
+	// mailbox, recorded by the next reconcile.
+	Submit func(ctx context.Context, job dispatch.Job[*send.Result]) (*send.Result, error)
+	// HasRoom reports whether the dispatcher would start a job for the sink soon.
+	HasRoom func(destID, namespace string) bool
+}
+
+// anyPhase are all the phases a sink may take.
+var anyPhase = []actionsv1alpha1.DeadLetterPhase{"Exhausted", "Failed", "OutcomeUnknown"}
+
+// sink is a resolved sink for one action.
+type sink struct {
+	spec *actionsv1alpha1.DeadLetterSink
+	dest *destination.Resolved
+	// id is the sink's identity, known even when it cannot be resolved.
+	id string
+}
+
+// Reconcile moves xa's dead-letter delivery forward by at most one attempt. done is false when there is
+// nothing to do for it (no sink, not due, or final): the caller goes on (with the action's collection).
+// An action whose record is not final is not collected; one whose sink is refused is, once it expires.
+// xa may be a trimmed cache copy: the decision is made on it, and made again on a fresh copy from the API
+// server before anything is written or sent (the record carries the action's conditions and response).
+func (m *Manager) Reconcile(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, bool, error) {
+	if Final(xa.Status.DeadLetter) || (xa.Status.DeadLetter == nil && !Due(xa.Status.Phase, anyPhase)) {
+		return ctrl.Result{}, false, nil // the happy path costs nothing: no read, no decision
+	}
+	spec := m.sinkOf(ctx, xa)
+	if spec == nil || (xa.Status.DeadLetter == nil && !Due(xa.Status.Phase, spec.Phases)) {
+		return ctrl.Result{}, false, nil
+	}
+	s, serr := m.resolveSink(ctx, xa, spec)
+	now := m.Clock.Now()
+	if serr == nil {
+		if cur := xa.Status.DeadLetter; cur != nil {
+			if step := Advance(cur, m.sinkEnv(xa, cur, s.dest, now)); step.Status == nil && step.Kind == ledger.KindWait {
+				return ctrl.Result{RequeueAfter: max(step.At.Sub(now), requeueNow)}, true, nil // no read, no write
+			}
+		}
+	}
+	fresh := &actionsv1alpha1.ExternalAction{}
+	if err := m.Reader.Get(ctx, client.ObjectKeyFromObject(xa), fresh); err != nil {
+		return ctrl.Result{}, true, client.IgnoreNotFound(err)
+	}
+	if !fresh.Status.Phase.Terminal() || Final(fresh.Status.DeadLetter) {
+		return ctrl.Result{RequeueAfter: requeueNow}, true, nil // the cache is behind: look again
+	}
+	return m.decide(ctx, fresh, s, serr, now)
+}
+
+// decide is Reconcile's decision on a fresh copy of the action.
+func (m *Manager) decide(ctx context.Context, xa *actionsv1alpha1.ExternalAction, s sink, serr error, now time.Time) (ctrl.Result, bool, error) {
+	cur := xa.Status.DeadLetter
+	if cur == nil {
+		cur = Begin(s.id, xa.Status.IdempotencyKey, xa.Status.Phase)
+	}
+	if serr != nil {
+		if exp := xa.Status.ExpiresAt; exp != nil && !now.Before(exp.Time) && cur.Claim == nil {
+			return ctrl.Result{}, false, nil // refused until the action expired: given up with it
+		}
+		return m.refuse(ctx, xa, cur, destination.Reason(serr, actionsv1alpha1.ReasonDestinationNotReady), serr.Error())
+	}
+	env := m.sinkEnv(xa, cur, s.dest, now)
+	step := Advance(cur, env)
+	switch {
+	case step.Kind == ledger.KindSend:
+		return m.claimAndSend(ctx, xa, s, cur, step, env)
+	case step.Status != nil:
+		if _, err := m.write(ctx, xa, step, s.id); err != nil {
+			return ctrl.Result{}, true, err
+		}
+		return ctrl.Result{RequeueAfter: requeueNow}, true, nil
+	case step.Kind == ledger.KindWait:
+		return ctrl.Result{RequeueAfter: max(step.At.Sub(now), requeueNow)}, true, nil
+	}
+	return ctrl.Result{}, false, nil
+}
+
+// sinkOf is the action's own spec.deadLetter, else its destination's; nil when neither has one, or the
+// destination is gone or unusable (then no sink is known, and nothing is delivered).
+func (m *Manager) sinkOf(ctx context.Context, xa *actionsv1alpha1.ExternalAction) *actionsv1alpha1.DeadLetterSink {
+	if xa.Spec.DeadLetter != nil {
+		return xa.Spec.DeadLetter
+	}
+	own, err := m.Resolver.Resolve(ctx, xa)
+	if err != nil {
+		return nil
+	}
+	return own.Spec.DeadLetter
+}
+
+// resolveSink resolves spec's sink as the action's namespace sees it: a Destination of that namespace, or a
+// ClusterDestination whose namespaceSelector admits it (destination.Resolver's rules), then reads its
+// Secrets. An error means nothing may be sent (its reason: destination.Reason).
+func (m *Manager) resolveSink(ctx context.Context, xa *actionsv1alpha1.ExternalAction, spec *actionsv1alpha1.DeadLetterSink) (sink, error) {
+	probe := &actionsv1alpha1.ExternalAction{}
+	probe.Namespace, probe.Name = xa.Namespace, xa.Name
+	probe.Spec.DestinationRef = spec.DestinationRef
+	probe.Spec.Request.Method = http.MethodPost
+	s := sink{spec: spec, id: destination.ID(probe)}
+	dest, err := m.Resolver.Resolve(ctx, probe)
+	if err == nil {
+		err = dest.NotReady()
+	}
+	if err != nil {
+		return s, err
+	}
+	s.dest = dest
+	return s, nil
+}
+
+// sinkEnv is the decision environment of a delivery to dest: the action's holder, margin and jitter with the
+// sink's policy, timeout and repeat safety, and the delivery's deadline.
+func (m *Manager) sinkEnv(xa *actionsv1alpha1.ExternalAction, cur *actionsv1alpha1.DeadLetterStatus, dest *destination.Resolved,
+	now time.Time) ledger.Env {
+	env := m.Env(xa)
+	env.Now = now
+	env.Policy, env.AttemptTimeout = dest.Policy, dest.Timeout
+	env.KeySupported = dest.KeySupported
+	env.RepeatSafe = retry.RepeatSafe(string(dest.Spec.Effect), http.MethodPost, dest.KeySupported)
+	env.PostCheck, env.Outputs = false, false
+	switch {
+	case cur.Deadline != nil:
+		env.Policy.Deadline = cur.Deadline.Time
+	case dest.DeadlineDur > 0:
+		env.Policy.Deadline = now.Add(dest.DeadlineDur)
+	default:
+		env.Policy.Deadline = time.Time{}
+	}
+	return env
+}
+
+// claimAndSend builds the record, passes the sink's room, reads its Secrets, writes the claim (DESIGN rule 1)
+// and only then hands the delivery to the dispatcher (rule 10). What fails before the claim sends nothing.
+func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.ExternalAction, s sink,
+	cur *actionsv1alpha1.DeadLetterStatus, step Step, env ledger.Env) (ctrl.Result, bool, error) {
+	target, err := httpexec.JoinURL(s.dest.Spec.URL, pathOf(s.spec))
+	if err != nil {
+		return m.refuse(ctx, xa, cur, actionsv1alpha1.ReasonPathOutsideBase, "deadLetter.path: "+err.Error())
+	}
+	if !m.HasRoom(s.id, xa.Namespace) {
+		return ctrl.Result{RequeueAfter: requeueNoRoom}, true, nil
+	}
+	if err := m.Resolver.LoadCredentials(ctx, s.dest); err != nil {
+		return m.refuse(ctx, xa, cur, destination.Reason(err, actionsv1alpha1.ReasonDestinationNotReady), err.Error())
+	}
+	header, body, err := Encode(ctx, RecordOf(xa, destination.ID(xa)), step.Status.IdempotencyKey, s.spec.Mode)
+	if err != nil {
+		return ctrl.Result{}, true, err
+	}
+	claimed, err := m.write(ctx, xa, step, s.id)
+	if err != nil || claimed == nil {
+		return ctrl.Result{RequeueAfter: requeueClaimLost}, true, err // a Conflict: nothing is sent
+	}
+	ctx, span := tracing.Reconcile(ctx, claimed, s.id, env.Now) // traced like an attempt (docs/tracing.md)
+	defer span.End()
+	p, err := m.Submit(ctx, tracing.Delivery(ctx, m.job(claimed, s.dest, target, header, body, env), send.Traced))
+	switch {
+	case errors.Is(err, dispatch.ErrAlreadyQueued):
+		return ctrl.Result{}, true, nil
+	case p != nil && err != nil: // refused by the dispatcher: not sent
+		res, err := m.Record(ctx, claimed, p)
+		return res, true, err
+	case p != nil: // back already: in the mailbox, recorded by the next reconcile
+		return ctrl.Result{RequeueAfter: requeueNow}, true, nil
+	}
+	return ctrl.Result{RequeueAfter: max(claimed.Status.DeadLetter.Claim.ExpiresAt.Sub(m.Clock.Now()), requeueNow)}, true, nil
+}
+
+// job is the dispatcher job of the claimed delivery attempt: one POST of the record to target under the key
+// "<key>/dead-letter" in the sink's idempotency header, with the sink's auth and signature, classified by the
+// sink's retry rules.
+func (m *Manager) job(claimed *actionsv1alpha1.ExternalAction, dest *destination.Resolved, target string, header http.Header,
+	body []byte, env ledger.Env) dispatch.Job[*send.Result] {
+	dl := claimed.Status.DeadLetter
+	attempt, key := dl.Claim.Attempt, dl.IdempotencyKey
+	deadline := dl.Claim.ExpiresAt.Add(-env.Margin())
+	result := func(o ledger.Outcome) *send.Result {
+		return &send.Result{Attempt: attempt, Outcome: o, Env: env, ClaimedAt: env.Now, PauseCap: dest.DeadlineDur, DeadLetter: true}
+	}
+	return dispatch.Job[*send.Result]{
+		Destination: dest.ID, Key: types.NamespacedName{Namespace: claimed.Namespace, Name: claimed.Name}, Attempt: attempt,
+		MaxInFlight: dest.MaxInFlight, Deadline: deadline, StartBy: deadline.Add(-min(time.Second, dest.Timeout/2)),
+		Run: func(ctx context.Context) *send.Result {
+			p := result(m.deliver(ctx, dest, target, header.Clone(), body, key, env))
+			p.Abandoned = errors.Is(ctx.Err(), context.Canceled)
+			return p
+		},
+		NotRun: func(err error) *send.Result { return result(send.NotRunOutcome(err, m.Clock.Now())) },
+	}
+}
+
+// deliver sends the record once and classifies the answer.
+func (m *Manager) deliver(ctx context.Context, dest *destination.Resolved, target string, h http.Header, body []byte,
+	key string, env ledger.Env) ledger.Outcome {
+	for k, vs := range dest.AuthHeader {
+		h[k] = append([]string(nil), vs...)
+	}
+	h.Set(dest.KeyHeader, key)
+	tracing.Inject(ctx, h, dest.Spec.TraceContext)
+	red, _, err := dest.Authorize(ctx, h, body, key)
+	if err != nil {
+		return send.NotSent(m.Clock.Now(), string(destination.ErrorClass(err)), red.String(err.Error())+"; nothing was sent")
+	}
+	timeout := dest.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	res := m.Executor.Execute(ctx, httpexec.Request{Method: http.MethodPost, URL: target, Header: h, Body: body,
+		Timeout: timeout, TLS: dest.TLS}, 0)
+	o := ledger.Outcome{FinishedAt: m.Clock.Now()}
+	obs := retry.Observation{Err: res.Err, Written: res.Written}
+	if res.Err != nil {
+		o.ErrorClass, o.Error = string(res.ErrorClass), red.String(res.Err.Error())
+	}
+	if resp := res.Response; resp != nil {
+		o.StatusCode, obs.StatusCode, obs.Header = resp.StatusCode, resp.StatusCode, resp.Header
+		o.RetryAfter = red.String(resp.Header.Get("Retry-After"))
+		obs.Succeeded = resp.StatusCode >= 200 && resp.StatusCode < 300
+	}
+	o.Class = retry.Classify(obs, env.Policy, env.RepeatSafe, env.KeySupported)
+	return o
+}
+
+// Record writes the outcome of a delivery attempt into status.deadLetter with the status writer's Settle
+// (DESIGN rule 2): decided again on fresh reads, never sent again to refresh it. A nil error means the
+// result is settled (written, or no longer open) and may leave the mailbox.
+func (m *Manager) Record(ctx context.Context, xa *actionsv1alpha1.ExternalAction, p *send.Result) (ctrl.Result, error) {
+	fresh := &actionsv1alpha1.ExternalAction{}
+	if err := m.Reader.Get(ctx, client.ObjectKeyFromObject(xa), fresh); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err) // gone: nothing to record on
+	}
+	xa = fresh
+	var written Step
+	s := m.Writer.Settle(ctx, xa, func(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
+		dl, ok := RecordOutcome(st.DeadLetter, p.Attempt, p.Outcome, p.Env)
+		if !ok {
+			return ledger.Step{}, false
+		}
+		written = dl
+		return actionStep(st, dl), true
+	})
+	switch {
+	case s.Written != nil:
+		count(written)
+		log.FromContext(ctx).Info("dead-letter delivery attempt finished", "attempt", p.Attempt, "sink", written.Status.Sink,
+			"state", string(written.Status.State), "statusCode", p.Outcome.StatusCode, "errorClass", p.Outcome.ErrorClass)
+		return ctrl.Result{RequeueAfter: requeueNow}, nil
+	case s.Closed, s.Gone:
+		return ctrl.Result{}, nil
+	case s.Refused != nil:
+		// Retrying the same status cannot succeed: the Warning Event says so, and the claim follows DESIGN rule 3.
+		_ = m.Writer.Refused(s.From, "the dead-letter delivery outcome", s.Refused)
+		return ctrl.Result{}, nil //nolint:nilerr // settled: the Event reports it, and the claim follows DESIGN rule 3
+	}
+	return ctrl.Result{}, s.Err
+}
+
+// refuse records that the sink cannot be used; nothing is sent. Looked at again after destination.Recheck
+// (a watch event on the sink does not wake the action).
+func (m *Manager) refuse(ctx context.Context, xa *actionsv1alpha1.ExternalAction, cur *actionsv1alpha1.DeadLetterStatus,
+	reason, msg string) (ctrl.Result, bool, error) {
+	step := Refuse(cur, reason, msg)
+	if step.Status != nil {
+		if _, err := m.write(ctx, xa, step, cur.Sink); err != nil {
+			return ctrl.Result{}, true, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: destination.Recheck}, true, nil
+}
+
+// write writes step's status.deadLetter with the status writer's Apply (the resourceVersion of xa: a Conflict
+// returns nil, and nothing may be sent on it). The action's phase and conditions are never changed.
+func (m *Manager) write(ctx context.Context, xa *actionsv1alpha1.ExternalAction, step Step, sinkID string) (*actionsv1alpha1.ExternalAction, error) {
+	upd, err := m.Writer.Apply(ctx, xa, actionStep(&xa.Status, step), sinkID)
+	if upd != nil && err == nil {
+		count(step)
+	}
+	return upd, err
+}
+
+// count counts a written step in DeadLetterDeliveries (not a claim: its outcome is counted when recorded).
+func count(step Step) {
+	if st := step.Status; st != nil && st.State != actionsv1alpha1.DeadLetterDelivering {
+		metrics.DeadLetterDeliveries.WithLabelValues(st.Sink, outcomeLabel(st.State)).Inc()
+	}
+}
+
+// actionStep is the action's status with step's status.deadLetter, as a ledger step the writer takes.
+func actionStep(cur *actionsv1alpha1.ExternalActionStatus, step Step) ledger.Step {
+	st := cur.DeepCopy()
+	st.DeadLetter = step.Status
+	return ledger.Step{Kind: ledger.KindNone, Status: st, Event: step.Event}
+}
+
+func pathOf(spec *actionsv1alpha1.DeadLetterSink) string {
+	if spec.Path == "" {
+		return "/"
+	}
+	return spec.Path
+}
+
+// outcomeLabel is the outcome label of DeadLetterDeliveries for a written state.
+func outcomeLabel(s actionsv1alpha1.DeadLetterState) string {
+	switch s {
+	case actionsv1alpha1.DeadLetterPending, actionsv1alpha1.DeadLetterDelivering:
+		return "Retried"
+	}
+	return string(s)
+}

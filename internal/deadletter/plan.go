@@ -1,0 +1,247 @@
+// Package deadletter hands an action that ended without success on to its destination's dead-letter sink
+// (spec.deadLetter of the Destination or ClusterDestination): one CloudEvents 1.0 record per action, delivered
+// by HTTP to the sink destination under the key "<action key>/dead-letter".
+//
+// The delivery is itself an idempotent side effect and follows the action's own rules (docs/design.md):
+// every delivery attempt is claimed in status.deadLetter before it is sent (DESIGN rule 1, through the status
+// writer's Apply on the resourceVersion it was decided on), its outcome is recorded there after it (rule 2,
+// the writer's Settle), and a claim found open after its expiry is uncertain (rule 3): resent with the same
+// key only when repeating is safe at the sink (it deduplicates on the key, or its effect is Safe or
+// Idempotent), otherwise the record ends Uncertain and is never sent again by itself. Retries follow the
+// sink's retry policy (rule 5), with its deadline counted from the first claim. A delivery never re-sends the
+// action's request and never changes the action's phase or conditions; it runs in the dispatcher under the
+// sink's own limits (rule 10), so a failing sink holds back only the records bound for it.
+//
+// This file is the pure part: (status.deadLetter, facts) -> one Step, table-tested like internal/ledger.
+package deadletter
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/retry"
+)
+
+// KeySuffix follows the action's idempotency key in the key of its dead-letter record (and the CloudEvent id).
+const KeySuffix = "/dead-letter"
+
+// maxMessageLen bounds status.deadLetter.message, in bytes (the CRD's bound).
+const maxMessageLen = 1024
+
+// DefaultPhases are the phases delivered when spec.deadLetter.phases is empty.
+var DefaultPhases = []actionsv1alpha1.DeadLetterPhase{"Exhausted", "Failed"}
+
+// The decisions take a ledger.Env built from the sink: Policy is the sink's retry policy with Policy.Deadline
+// the delivery's absolute deadline (status.deadLetter.deadline, or the first claim plus the sink's
+// retryPolicy.deadline), AttemptTimeout the sink's timeout, RepeatSafe and KeySupported the sink's.
+
+// Step is one decision: the status.deadLetter to write (nil: nothing changed), what to do after the write,
+// when to look again, and the Event to emit after the write.
+type Step struct {
+	Kind   ledger.Kind
+	Status *actionsv1alpha1.DeadLetterStatus
+	At     time.Time
+	Event  *ledger.Event
+}
+
+// Due reports whether an action in phase is delivered to a sink that takes phases (DefaultPhases when empty).
+func Due(phase actionsv1alpha1.Phase, phases []actionsv1alpha1.DeadLetterPhase) bool {
+	if len(phases) == 0 {
+		phases = DefaultPhases
+	}
+	for _, p := range phases {
+		if string(p) == string(phase) {
+			return true
+		}
+	}
+	return false
+}
+
+// Final reports whether the delivery is over: Delivered, Failed or Uncertain. Nothing is sent for it again.
+func Final(st *actionsv1alpha1.DeadLetterStatus) bool {
+	if st == nil {
+		return false
+	}
+	switch st.State {
+	case actionsv1alpha1.DeadLetterDelivered, actionsv1alpha1.DeadLetterFailed, actionsv1alpha1.DeadLetterUncertain:
+		return true
+	}
+	return false
+}
+
+// Begin is the status of a record newly due for the action in phase with key, to sink.
+func Begin(sink, key string, phase actionsv1alpha1.Phase) *actionsv1alpha1.DeadLetterStatus {
+	return &actionsv1alpha1.DeadLetterStatus{Sink: sink, IdempotencyKey: key + KeySuffix, Phase: phase,
+		State: actionsv1alpha1.DeadLetterPending, Reason: actionsv1alpha1.ReasonDeadLetterRetrying, Message: "due; no delivery attempt yet"}
+}
+
+// Refuse records that the sink cannot be used (reason, msg); nothing is sent. It writes only on a change.
+func Refuse(cur *actionsv1alpha1.DeadLetterStatus, reason, msg string) Step {
+	msg = truncate(msg)
+	if cur.State == actionsv1alpha1.DeadLetterRefused && cur.Reason == reason && cur.Message == msg {
+		return Step{Kind: ledger.KindWait}
+	}
+	st := cur.DeepCopy()
+	st.State, st.Reason, st.Message = actionsv1alpha1.DeadLetterRefused, reason, msg
+	return Step{Kind: ledger.KindWait, Status: st, Event: &ledger.Event{Warning: true, Reason: reason,
+		Message: "dead-letter sink " + cur.Sink + " refused: " + msg}}
+}
+
+// Advance decides what to do with a delivery that is not final when no outcome is at hand: wait for an open
+// claim or the schedule, settle an expired claim (DESIGN rule 3), end it at the deadline or the last attempt,
+// or claim the next attempt.
+func Advance(cur *actionsv1alpha1.DeadLetterStatus, env ledger.Env) Step {
+	if Final(cur) {
+		return Step{Kind: ledger.KindNone}
+	}
+	if c := cur.Claim; c != nil {
+		if env.Now.Before(c.ExpiresAt.Time) {
+			return Step{Kind: ledger.KindWait, At: c.ExpiresAt.Time}
+		}
+		why := fmt.Sprintf("delivery attempt %d by %s has no recorded outcome and its claim expired", c.Attempt, c.Holder)
+		return uncertain(cur, env, why)
+	}
+	if n := cur.NextAttemptAt; n != nil && env.Now.Before(n.Time) {
+		return Step{Kind: ledger.KindWait, At: n.Time}
+	}
+	if dl := cur.Deadline; dl != nil && !env.Now.Before(dl.Time) {
+		return fail(cur, fmt.Sprintf("the sink's deadline passed after %d delivery attempt(s)", cur.Attempts))
+	}
+	if cur.Attempts >= max(env.Policy.MaxAttempts, 1) {
+		return fail(cur, fmt.Sprintf("all %d delivery attempt(s) were made", cur.Attempts))
+	}
+	return claim(cur, env)
+}
+
+// claim opens delivery attempt Attempts+1, held by env.Holder, expiring after the sink's timeout plus the
+// margin (rounded up to a whole second, as status keeps it).
+func claim(cur *actionsv1alpha1.DeadLetterStatus, env ledger.Env) Step {
+	st := cur.DeepCopy()
+	st.Attempts++
+	timeout := env.AttemptTimeout
+	if timeout <= 0 {
+		timeout = ledger.DefaultAttemptTimeout
+	}
+	expires := ceilSecond(env.Now.Add(timeout + env.Margin()))
+	st.Claim = &actionsv1alpha1.AttemptClaim{Attempt: st.Attempts, Holder: env.Holder, StartedAt: metav1.NewTime(env.Now),
+		ExpiresAt: metav1.NewTime(expires)}
+	if st.Deadline == nil && !env.Policy.Deadline.IsZero() {
+		st.Deadline = ptrTime(ceilSecond(env.Policy.Deadline))
+	}
+	st.NextAttemptAt = nil
+	st.State = actionsv1alpha1.DeadLetterDelivering
+	st.Reason, st.Message = actionsv1alpha1.ReasonDeadLetterRetrying, fmt.Sprintf("delivery attempt %d claimed by %s", st.Attempts, env.Holder)
+	return Step{Kind: ledger.KindSend, Status: st}
+}
+
+// RecordOutcome applies the outcome of delivery attempt (DESIGN rule 2). false: that attempt is not open any more
+// (settled elsewhere); the outcome is dropped.
+func RecordOutcome(cur *actionsv1alpha1.DeadLetterStatus, attempt int32, o ledger.Outcome, env ledger.Env) (Step, bool) {
+	if cur == nil || cur.Claim == nil || cur.Claim.Attempt != attempt {
+		return Step{}, false
+	}
+	st := cur.DeepCopy()
+	st.StatusCode = int32(o.StatusCode) //nolint:gosec // G115: HTTP status codes are three digits
+	st.ErrorClass = o.ErrorClass
+	what := describe(o)
+	switch o.Class {
+	case retry.ClassSuccess:
+		st.Claim = nil
+		st.State, st.DeliveredAt = actionsv1alpha1.DeadLetterDelivered, ptrTime(o.FinishedAt)
+		st.Reason, st.Message = actionsv1alpha1.ReasonDeadLetterDelivered, fmt.Sprintf("delivered by attempt %d (%s)", attempt, what)
+		return Step{Kind: ledger.KindNone, Status: st, Event: &ledger.Event{Reason: st.Reason,
+			Message: fmt.Sprintf("dead-letter record delivered to %s (%s)", st.Sink, what)}}, true
+	case retry.ClassRejected:
+		st.Claim = nil
+		return fail(st, fmt.Sprintf("attempt %d was rejected (%s)", attempt, what)), true
+	case retry.ClassUncertain:
+		return uncertain(st, withNow(env, o.FinishedAt), fmt.Sprintf("delivery attempt %d is uncertain (%s)", attempt, what)), true
+	default: // Retryable, NotSent, InProgress
+		st.Claim = nil
+		return schedule(st, withNow(env, o.FinishedAt), o.RetryAfter, fmt.Sprintf("delivery attempt %d: %s", attempt, what)), true
+	}
+}
+
+// uncertain settles an attempt whose outcome is unknown (DESIGN rule 3): the sink may have the record. Resent
+// under the same key when repeating is safe there; otherwise Uncertain, and never sent again by itself.
+func uncertain(cur *actionsv1alpha1.DeadLetterStatus, env ledger.Env, why string) Step {
+	st := cur.DeepCopy()
+	st.Claim = nil
+	if env.RepeatSafe {
+		return schedule(st, env, "", why+"; repeating is safe at the sink, resending with the same key")
+	}
+	st.State, st.NextAttemptAt = actionsv1alpha1.DeadLetterUncertain, nil
+	st.Reason = actionsv1alpha1.ReasonDeadLetterUncertain
+	st.Message = truncate(why + "; the sink may have the record and does not deduplicate, so it is not sent again")
+	return Step{Kind: ledger.KindNone, Status: st, Event: &ledger.Event{Warning: true, Reason: st.Reason,
+		Message: "dead-letter record to " + st.Sink + ": " + st.Message}}
+}
+
+// schedule plans the next delivery attempt: max(Retry-After, the jittered backoff), or Failed when that is past
+// the deadline or no attempt is left (DESIGN rule 5).
+func schedule(st *actionsv1alpha1.DeadLetterStatus, env ledger.Env, retryAfter, why string) Step {
+	p := env.Policy
+	if st.Deadline != nil {
+		p.Deadline = st.Deadline.Time
+	}
+	d := retry.Next(p, st.Attempts, retryAfter, env.Now, env.Rand)
+	if !d.Retry {
+		return fail(st, why+"; "+d.Message)
+	}
+	next := ceilSecond(d.NextAt)
+	st.State, st.NextAttemptAt = actionsv1alpha1.DeadLetterPending, ptrTime(next)
+	st.Reason = actionsv1alpha1.ReasonDeadLetterRetrying
+	st.Message = truncate(fmt.Sprintf("%s; next delivery attempt at %s", why, next.UTC().Format(time.RFC3339)))
+	return Step{Kind: ledger.KindWait, Status: st, At: next, Event: &ledger.Event{Warning: true, Reason: st.Reason,
+		Message: "dead-letter record to " + st.Sink + ": " + st.Message}}
+}
+
+func fail(cur *actionsv1alpha1.DeadLetterStatus, why string) Step {
+	st := cur.DeepCopy()
+	st.Claim, st.NextAttemptAt = nil, nil
+	st.State, st.Reason = actionsv1alpha1.DeadLetterFailed, actionsv1alpha1.ReasonDeadLetterFailed
+	st.Message = truncate(why + "; the record is not sent again")
+	return Step{Kind: ledger.KindNone, Status: st, Event: &ledger.Event{Warning: true, Reason: st.Reason,
+		Message: "dead-letter record to " + st.Sink + " failed: " + st.Message}}
+}
+
+func withNow(env ledger.Env, t time.Time) ledger.Env {
+	if !t.IsZero() {
+		env.Now = t
+	}
+	return env
+}
+
+func describe(o ledger.Outcome) string {
+	switch {
+	case o.StatusCode != 0:
+		return fmt.Sprintf("status %d", o.StatusCode)
+	case o.Error != "":
+		return truncate(o.ErrorClass + ": " + o.Error)
+	default:
+		return o.ErrorClass
+	}
+}
+
+func truncate(s string) string {
+	if len(s) <= maxMessageLen {
+		return s
+	}
+	return s[:maxMessageLen-3] + "..."
+}
+
+func ceilSecond(t time.Time) time.Time {
+	if r := t.Truncate(time.Second); !r.Equal(t) {
+		return r.Add(time.Second)
+	}
+	return t
+}
+
+func ptrTime(t time.Time) *metav1.Time {
+	mt := metav1.NewTime(t)
+	return &mt
+}
