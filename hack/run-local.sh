@@ -320,9 +320,12 @@ gateway_pid=${pids[${#pids[@]} - 1]}
 
 # The samples point at the default destination address; follow RUN_LOCAL_DEST_ADDR.
 log "applying config/samples: Destination demo, ExternalAction invoice-7"
-sed "s#http://127.0.0.1:8089#http://${dest_addr}#" config/samples/actions_v1alpha1_destination.yaml |
-  "${kubectl}" apply -f - >&2
-"${kubectl}" apply -f config/samples/actions_v1alpha1_externalaction.yaml >&2
+sed "s#http://127.0.0.1:8089#http://${dest_addr}#" config/samples/actions_v1alpha1_destination.yaml >"${logs}/destination.yaml"
+# A loaded API server can still refuse a create right after the dry run passed ("Resource kind ... not found",
+# 503, while it republishes the CRDs' discovery): apply is idempotent, so it is retried until it passes.
+wait_until "applying the sample Destination" "${pids[1]}" "${kubectl}" apply -f "${logs}/destination.yaml"
+wait_until "applying the sample ExternalAction" "${pids[1]}" "${kubectl}" apply -f config/samples/actions_v1alpha1_externalaction.yaml
+log "applied Destination demo and ExternalAction invoice-7"
 
 # A caller for the gateway: the ServiceAccount "checkout" may create and get ExternalActions in default.
 "${kubectl}" create serviceaccount checkout >/dev/null
