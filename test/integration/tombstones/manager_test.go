@@ -275,7 +275,11 @@ func TestPostgresOutageLogsNoErrors(t *testing.T) {
 	if err := pg.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	env.Create(t, envtestutil.Action(ns, "new-1", "svc", "/orders", `{"n":2}`))
+	fresh := envtestutil.Action(ns, "new-1", "svc", "/orders", `{"n":2}`)
+	// Kept for 5 minutes once it succeeds: the wait for it below must not race its own collection on a loaded
+	// machine (the Destination's retention is 3 s).
+	fresh.Spec.TTLSecondsAfterFinished = new(int32(300))
+	env.Create(t, fresh)
 	// The collection is due 3 s after the outcome; it waits for the store for 5 s more.
 	until := done.Status.ExpiresAt.Add(5 * time.Second)
 	envtestutil.Consistently(t, time.Until(until), envtestutil.Say("the due action kept while its tombstone cannot be written"), func() bool {
