@@ -29,9 +29,6 @@ import (
 // KeySuffix follows the action's idempotency key in the key of its dead-letter record (and the CloudEvent id).
 const KeySuffix = "/dead-letter"
 
-// maxMessageLen bounds status.deadLetter.message, in bytes (the CRD's bound).
-const maxMessageLen = 1024
-
 // DefaultPhases are the phases delivered when spec.deadLetter.phases is empty.
 var DefaultPhases = []actionsv1alpha1.DeadLetterPhase{"Exhausted", "Failed"}
 
@@ -81,7 +78,7 @@ func Begin(sink, key string, phase actionsv1alpha1.Phase) *actionsv1alpha1.DeadL
 
 // Refuse records that the sink cannot be used (reason, msg); nothing is sent. It writes only on a change.
 func Refuse(cur *actionsv1alpha1.DeadLetterStatus, reason, msg string) Step {
-	msg = truncate(msg)
+	msg = ledger.Truncate(msg)
 	if cur.State == actionsv1alpha1.DeadLetterRefused && cur.Reason == reason && cur.Message == msg {
 		return Step{Kind: ledger.KindWait}
 	}
@@ -126,11 +123,11 @@ func claim(cur *actionsv1alpha1.DeadLetterStatus, env ledger.Env) Step {
 	if timeout <= 0 {
 		timeout = ledger.DefaultAttemptTimeout
 	}
-	expires := ceilSecond(env.Now.Add(timeout + env.Margin()))
+	expires := ledger.CeilSecond(env.Now.Add(timeout + env.Margin()))
 	st.Claim = &actionsv1alpha1.AttemptClaim{Attempt: st.Attempts, Holder: env.Holder, StartedAt: metav1.NewTime(env.Now),
 		ExpiresAt: metav1.NewTime(expires)}
 	if st.Deadline == nil && !env.Policy.Deadline.IsZero() {
-		st.Deadline = ptrTime(ceilSecond(env.Policy.Deadline))
+		st.Deadline = ledger.PtrTime(ledger.CeilSecond(env.Policy.Deadline))
 	}
 	st.NextAttemptAt = nil
 	st.State = actionsv1alpha1.DeadLetterDelivering
@@ -151,7 +148,7 @@ func RecordOutcome(cur *actionsv1alpha1.DeadLetterStatus, attempt int32, o ledge
 	switch o.Class {
 	case retry.ClassSuccess:
 		st.Claim = nil
-		st.State, st.DeliveredAt = actionsv1alpha1.DeadLetterDelivered, ptrTime(o.FinishedAt)
+		st.State, st.DeliveredAt = actionsv1alpha1.DeadLetterDelivered, ledger.PtrTime(o.FinishedAt)
 		st.Reason, st.Message = actionsv1alpha1.ReasonDeadLetterDelivered, fmt.Sprintf("delivered by attempt %d (%s)", attempt, what)
 		return Step{Kind: ledger.KindNone, Status: st, Event: &ledger.Event{Reason: st.Reason,
 			Message: fmt.Sprintf("dead-letter record delivered to %s (%s)", st.Sink, what)}}, true
@@ -176,7 +173,7 @@ func uncertain(cur *actionsv1alpha1.DeadLetterStatus, env ledger.Env, why string
 	}
 	st.State, st.NextAttemptAt = actionsv1alpha1.DeadLetterUncertain, nil
 	st.Reason = actionsv1alpha1.ReasonDeadLetterUncertain
-	st.Message = truncate(why + "; the sink may have the record and does not deduplicate, so it is not sent again")
+	st.Message = ledger.Truncate(why + "; the sink may have the record and does not deduplicate, so it is not sent again")
 	return Step{Kind: ledger.KindNone, Status: st, Event: &ledger.Event{Warning: true, Reason: st.Reason,
 		Message: "dead-letter record to " + st.Sink + ": " + st.Message}}
 }
@@ -192,10 +189,10 @@ func schedule(st *actionsv1alpha1.DeadLetterStatus, env ledger.Env, retryAfter, 
 	if !d.Retry {
 		return fail(st, why+"; "+d.Message)
 	}
-	next := ceilSecond(d.NextAt)
-	st.State, st.NextAttemptAt = actionsv1alpha1.DeadLetterPending, ptrTime(next)
+	next := ledger.CeilSecond(d.NextAt)
+	st.State, st.NextAttemptAt = actionsv1alpha1.DeadLetterPending, ledger.PtrTime(next)
 	st.Reason = actionsv1alpha1.ReasonDeadLetterRetrying
-	st.Message = truncate(fmt.Sprintf("%s; next delivery attempt at %s", why, next.UTC().Format(time.RFC3339)))
+	st.Message = ledger.Truncate(fmt.Sprintf("%s; next delivery attempt at %s", why, next.UTC().Format(time.RFC3339)))
 	return Step{Kind: ledger.KindWait, Status: st, At: next, Event: &ledger.Event{Warning: true, Reason: st.Reason,
 		Message: "dead-letter record to " + st.Sink + ": " + st.Message}}
 }
@@ -204,7 +201,7 @@ func fail(cur *actionsv1alpha1.DeadLetterStatus, why string) Step {
 	st := cur.DeepCopy()
 	st.Claim, st.NextAttemptAt = nil, nil
 	st.State, st.Reason = actionsv1alpha1.DeadLetterFailed, actionsv1alpha1.ReasonDeadLetterFailed
-	st.Message = truncate(why + "; the record is not sent again")
+	st.Message = ledger.Truncate(why + "; the record is not sent again")
 	return Step{Kind: ledger.KindNone, Status: st, Event: &ledger.Event{Warning: true, Reason: st.Reason,
 		Message: "dead-letter record to " + st.Sink + " failed: " + st.Message}}
 }
@@ -221,27 +218,8 @@ func describe(o ledger.Outcome) string {
 	case o.StatusCode != 0:
 		return fmt.Sprintf("status %d", o.StatusCode)
 	case o.Error != "":
-		return truncate(o.ErrorClass + ": " + o.Error)
+		return ledger.Truncate(o.ErrorClass + ": " + o.Error)
 	default:
 		return o.ErrorClass
 	}
-}
-
-func truncate(s string) string {
-	if len(s) <= maxMessageLen {
-		return s
-	}
-	return s[:maxMessageLen-3] + "..."
-}
-
-func ceilSecond(t time.Time) time.Time {
-	if r := t.Truncate(time.Second); !r.Equal(t) {
-		return r.Add(time.Second)
-	}
-	return t
-}
-
-func ptrTime(t time.Time) *metav1.Time {
-	mt := metav1.NewTime(t)
-	return &mt
 }

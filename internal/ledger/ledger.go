@@ -161,7 +161,7 @@ func Begin(cur *actionsv1alpha1.ExternalActionStatus, key, fingerprint string, e
 	st.IdempotencyKey = key
 	st.Fingerprint = fingerprint
 	if !env.Policy.Deadline.IsZero() {
-		st.Deadline = ptrTime(env.Policy.Deadline)
+		st.Deadline = PtrTime(env.Policy.Deadline)
 	}
 	setPhase(st, actionsv1alpha1.PhasePending, actionsv1alpha1.ReasonPending, "accepted; no attempt sent yet", env)
 	return st
@@ -259,7 +259,7 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 	rec := actionsv1alpha1.AttemptRecord{
 		Number:     attempt,
 		StartedAt:  c.StartedAt,
-		FinishedAt: ptrTime(o.FinishedAt),
+		FinishedAt: PtrTime(o.FinishedAt),
 		Result:     string(o.Class),
 		StatusCode: int32(o.StatusCode), //nolint:gosec // G115: HTTP status codes are three digits
 		ErrorClass: o.ErrorClass,
@@ -332,7 +332,7 @@ func uncertain(cur *actionsv1alpha1.ExternalActionStatus, env Env, errorClass, w
 	added := !hasHistory(st, c.Attempt)
 	if added {
 		upsertHistory(st, actionsv1alpha1.AttemptRecord{
-			Number: c.Attempt, StartedAt: c.StartedAt, FinishedAt: ptrTime(env.Now),
+			Number: c.Attempt, StartedAt: c.StartedAt, FinishedAt: PtrTime(env.Now),
 			Result: string(retry.ClassUncertain), ErrorClass: errorClass,
 		})
 	}
@@ -357,7 +357,7 @@ func uncertain(cur *actionsv1alpha1.ExternalActionStatus, env Env, errorClass, w
 			msg = why + fmt.Sprintf("; %d post-check(s) were inconclusive", c.PostChecks) + msg[len(why):]
 		}
 		finish(st, env, actionsv1alpha1.PhaseOutcomeUnknown, actionsv1alpha1.ReasonOutcomeUnknown, msg)
-		st.LastError = truncate(why)
+		st.LastError = Truncate(why)
 		return Step{Kind: KindNone, Status: st, Event: &Event{Warning: true, Reason: actionsv1alpha1.ReasonOutcomeUnknown, Message: msg}}
 	}
 }
@@ -402,7 +402,7 @@ func RecordCheck(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, v Ver
 				fmt.Sprintf("attempt %d is uncertain and %d post-check(s) were inconclusive%s", attempt, st.Claim.PostChecks, why)), true
 		}
 		wait := retry.Backoff(env.Policy, int(st.Claim.PostChecks), env.Rand)
-		st.Claim.ExpiresAt = metav1.NewTime(ceilSecond(env.Now.Add(wait)))
+		st.Claim.ExpiresAt = metav1.NewTime(CeilSecond(env.Now.Add(wait)))
 		setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonPostCheckPending,
 			fmt.Sprintf("post-check %d for attempt %d was inconclusive%s; asking again at %s", st.Claim.PostChecks, attempt, why,
 				st.Claim.ExpiresAt.UTC().Format(time.RFC3339)), env)
@@ -422,8 +422,8 @@ func schedule(st *actionsv1alpha1.ExternalActionStatus, env Env, retryAfter, why
 	}
 	// Status times keep whole seconds on the wire (RFC 3339): round up, never down, so that an event that
 	// re-reads the stored status cannot send before the scheduled time (C10).
-	next := ceilSecond(d.NextAt)
-	st.NextAttemptAt = ptrTime(next)
+	next := CeilSecond(d.NextAt)
+	st.NextAttemptAt = PtrTime(next)
 	msg := fmt.Sprintf("%s; next attempt at %s", why, next.UTC().Format(time.RFC3339))
 	setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonRetryScheduled, msg, env)
 	return Step{Kind: KindWait, At: next, Status: st}
@@ -443,7 +443,7 @@ func Fail(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, env Env
 		return Step{Kind: KindNone}
 	}
 	st := cur.DeepCopy()
-	st.LastError = truncate(msg)
+	st.LastError = Truncate(msg)
 	finish(st, env, actionsv1alpha1.PhaseFailed, reason, msg)
 	return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Warning: true, Reason: reason, Message: msg}}
 }
@@ -454,7 +454,7 @@ func Conflict(cur *actionsv1alpha1.ExternalActionStatus, msg string, env Env) St
 		return Step{Kind: KindNone}
 	}
 	st := cur.DeepCopy()
-	st.LastError = truncate(msg)
+	st.LastError = Truncate(msg)
 	finish(st, env, actionsv1alpha1.PhaseConflict, actionsv1alpha1.ReasonFingerprintConflict, msg)
 	st.ExpiresAt = nil // a conflicting object is the user's to fix or delete; it is never collected
 	return Step{Kind: KindNone, Status: st, Event: &Event{Warning: true, Reason: actionsv1alpha1.ReasonFingerprintConflict, Message: msg}}
@@ -503,7 +503,7 @@ func Resolve(cur *actionsv1alpha1.ExternalActionStatus, decision, reason string,
 		return Step{}, fmt.Errorf("a decision applies only in phase OutcomeUnknown or Exhausted, not %s", cur.Phase)
 	}
 	st := cur.DeepCopy()
-	st.Resolution = &actionsv1alpha1.Resolution{Decision: decision, Reason: truncate(reason), At: metav1.NewTime(env.Now)}
+	st.Resolution = &actionsv1alpha1.Resolution{Decision: decision, Reason: Truncate(reason), At: metav1.NewTime(env.Now)}
 	st.Claim = nil
 	last := st.Attempts
 	msg := fmt.Sprintf("a person decided %q", decision)
@@ -524,10 +524,10 @@ func Resolve(cur *actionsv1alpha1.ExternalActionStatus, decision, reason string,
 		st.ManualRetries++
 		st.CompletedAt = nil
 		st.ExpiresAt = nil
-		st.NextAttemptAt = ptrTime(env.Now)
+		st.NextAttemptAt = PtrTime(env.Now)
 		if !env.Policy.Deadline.IsZero() && !env.Now.Before(env.Policy.Deadline) {
 			// The original window is spent: the person grants one attempt window from now.
-			st.Deadline = ptrTime(env.Now.Add(env.AttemptTimeout + 2*env.ClaimMargin + time.Minute))
+			st.Deadline = PtrTime(env.Now.Add(env.AttemptTimeout + 2*env.ClaimMargin + time.Minute))
 		}
 		setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonResolved, msg+"; one more attempt under the same key", env)
 		return Step{Kind: KindWait, At: env.Now, Status: st, Event: &Event{Reason: actionsv1alpha1.ReasonResolved, Message: msg}}, nil
@@ -545,7 +545,7 @@ func Delayed(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, unti
 		return Step{Kind: KindWait, At: until}
 	}
 	st := cur.DeepCopy()
-	st.NextAttemptAt = ptrTime(until)
+	st.NextAttemptAt = PtrTime(until)
 	phase := st.Phase
 	if phase == "" {
 		phase = actionsv1alpha1.PhasePending
@@ -560,7 +560,7 @@ func Delayed(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, unti
 // schedule is set: the wait ends on a watch event. It returns a write only when the reason or the message
 // changes, and an event only when the reason changes.
 func WaitForSubject(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, env Env) Step {
-	msg = truncate(msg)
+	msg = Truncate(msg)
 	if c := meta.FindStatusCondition(cur.Conditions, actionsv1alpha1.ConditionReady); c != nil && c.Reason == reason && c.Message == msg {
 		return Step{Kind: KindWait}
 	}
@@ -576,7 +576,7 @@ func WaitForSubject(cur *actionsv1alpha1.ExternalActionStatus, reason, msg strin
 	setPhase(st, phase, reason, msg, env)
 	step := Step{Kind: KindWait, Status: st}
 	if reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown {
-		setAbnormal(st, false, true, reason, truncate(msg), env)
+		setAbnormal(st, false, true, reason, Truncate(msg), env)
 	}
 	if prev != reason {
 		step.Event = &Event{Warning: reason == actionsv1alpha1.ReasonSubjectOutcomeUnknown, Reason: reason, Message: msg}
@@ -595,7 +595,7 @@ func Blocked(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, env 
 	if n := st.NextAttemptAt; n != nil && !n.After(env.Now) {
 		st.NextAttemptAt = nil
 	}
-	st.LastError = truncate(msg)
+	st.LastError = Truncate(msg)
 	phase := st.Phase
 	if phase == "" || phase.Terminal() {
 		phase = actionsv1alpha1.PhasePending
@@ -606,7 +606,7 @@ func Blocked(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, env 
 	}
 	st.Phase = phase
 	st.ObservedGeneration = env.Generation
-	m := truncate(msg)
+	m := Truncate(msg)
 	setCond(st, actionsv1alpha1.ConditionReady, false, reason, m, env)
 	setAbnormal(st, false, true, reason, m, env)
 	return Step{Kind: KindWait, Status: st}
@@ -656,7 +656,7 @@ func ObserveFinished(cur *actionsv1alpha1.ExternalActionStatus, env Env) *action
 	st.ObservedGeneration = env.Generation
 	note := fmt.Sprintf("finished (%s); generation %d observed:", st.Phase, env.Generation)
 	if st.CompletedAt != nil && st.Phase != actionsv1alpha1.PhaseOutcomeUnknown && st.Phase != actionsv1alpha1.PhaseConflict {
-		st.ExpiresAt = ptrTime(st.CompletedAt.Add(env.Retention))
+		st.ExpiresAt = PtrTime(st.CompletedAt.Add(env.Retention))
 		note += fmt.Sprintf(" expiresAt is now %s (completedAt plus a retention of %s);", st.ExpiresAt.UTC().Format(time.RFC3339), env.Retention)
 	}
 	switch st.Phase {
@@ -678,7 +678,7 @@ func ObserveFinished(cur *actionsv1alpha1.ExternalActionStatus, env Env) *action
 		c := &st.Conditions[i]
 		c.ObservedGeneration = env.Generation
 		if c.Type == actionsv1alpha1.ConditionReconciling {
-			c.Message = truncate(note)
+			c.Message = Truncate(note)
 		}
 	}
 	return st
@@ -717,11 +717,11 @@ func EffectiveDeadline(created time.Time, d time.Duration) time.Time {
 
 func finish(st *actionsv1alpha1.ExternalActionStatus, env Env, phase actionsv1alpha1.Phase, reason, msg string) {
 	st.NextAttemptAt = nil
-	st.CompletedAt = ptrTime(env.Now)
+	st.CompletedAt = PtrTime(env.Now)
 	if phase == actionsv1alpha1.PhaseOutcomeUnknown {
 		st.ExpiresAt = nil // never collected before a person decides
 	} else {
-		st.ExpiresAt = ptrTime(env.Now.Add(env.Retention))
+		st.ExpiresAt = PtrTime(env.Now.Add(env.Retention))
 	}
 	setPhase(st, phase, reason, msg, env)
 }
@@ -740,7 +740,7 @@ func expiry(st *actionsv1alpha1.ExternalActionStatus) time.Time {
 func setPhase(st *actionsv1alpha1.ExternalActionStatus, phase actionsv1alpha1.Phase, reason, msg string, env Env) {
 	st.Phase = phase
 	st.ObservedGeneration = env.Generation
-	msg = truncate(msg)
+	msg = Truncate(msg)
 	switch phase {
 	case actionsv1alpha1.PhaseSucceeded:
 		setCond(st, actionsv1alpha1.ConditionReady, true, reason, msg, env)
@@ -777,7 +777,7 @@ func awaitOutputs(st *actionsv1alpha1.ExternalActionStatus, env Env, reason, msg
 		return
 	}
 	st.Outputs = nil
-	msg = truncate(msg)
+	msg = Truncate(msg)
 	setCond(st, actionsv1alpha1.ConditionOutputsReady, false, reason, msg, env)
 	setCond(st, actionsv1alpha1.ConditionReady, false, actionsv1alpha1.ReasonOutputsPending, "succeeded; "+msg, env)
 	setCond(st, actionsv1alpha1.ConditionReconciling, true, actionsv1alpha1.ReasonOutputsPending, "succeeded; "+msg, env)
@@ -801,7 +801,7 @@ func SettleOutputs(cur *actionsv1alpha1.ExternalActionStatus, out actionsv1alpha
 	}
 	st := cur.DeepCopy()
 	st.Outputs = out.DeepCopy()
-	msg = truncate(msg)
+	msg = Truncate(msg)
 	ok := out.Reason == actionsv1alpha1.ReasonOutputsWritten || out.Reason == actionsv1alpha1.ReasonOutputsRetained
 	setCond(st, actionsv1alpha1.ConditionOutputsReady, ok, out.Reason, msg, env)
 	setCond(st, actionsv1alpha1.ConditionReady, ok, out.Reason, msg, env)
@@ -883,29 +883,33 @@ func lastError(o Outcome) string {
 	if o.Class == retry.ClassSuccess {
 		return ""
 	}
-	return truncate(string(o.Class) + ": " + describe(o))
+	return Truncate(string(o.Class) + ": " + describe(o))
 }
 
-// maxMessageLen caps the messages the ledger stores in status (lastError, resolution reason), in bytes.
+// maxMessageLen caps the messages the ledger stores in status (lastError, resolution reason), in bytes; the
+// CRD bounds status.deadLetter.message the same.
 const maxMessageLen = 1024
 
-func truncate(s string) string {
+// Truncate cuts s to maxMessageLen (1,024) bytes, ending in "..." when it was cut: the bound of the messages
+// stored in status (lastError, resolution reason, status.deadLetter.message).
+func Truncate(s string) string {
 	if len(s) <= maxMessageLen {
 		return s
 	}
 	return s[:maxMessageLen-3] + "..."
 }
 
-// ceilSecond rounds t up to a whole second: metav1.Time keeps only whole seconds on the wire, so a schedule
+// CeilSecond rounds t up to a whole second: metav1.Time keeps only whole seconds on the wire, so a schedule
 // stored in status is rounded up and a value read back is never earlier than the one decided.
-func ceilSecond(t time.Time) time.Time {
+func CeilSecond(t time.Time) time.Time {
 	if r := t.Truncate(time.Second); !r.Equal(t) {
 		return r.Add(time.Second)
 	}
 	return t
 }
 
-func ptrTime(t time.Time) *metav1.Time {
+// PtrTime returns t as a *metav1.Time for a status field.
+func PtrTime(t time.Time) *metav1.Time {
 	mt := metav1.NewTime(t)
 	return &mt
 }
