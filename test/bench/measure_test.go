@@ -38,12 +38,31 @@ type watcher struct {
 
 func watchSucceeded(t *testing.T, e *envtestutil.Env, ns string) *watcher {
 	t.Helper()
+	w := &watcher{done: map[string]time.Time{}, other: map[string]actionsv1alpha1.Phase{}}
+	w.cancel = watchActions(t, e, ns, &w.watches, func(xa *actionsv1alpha1.ExternalAction, now time.Time) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
+			if _, seen := w.done[xa.Name]; !seen {
+				w.done[xa.Name] = now
+			}
+		} else if xa.Status.Phase.Terminal() {
+			w.other[xa.Name] = xa.Status.Phase
+		}
+	})
+	return w
+}
+
+// watchActions watches the ExternalActions of ns and calls on for each object of an event (bookmarks aside) with the time
+// it arrived, from one goroutine, until the returned cancel; watches counts the watch requests (1 + reconnects).
+// It returns once the first watch request was made.
+func watchActions(t *testing.T, e *envtestutil.Env, ns string, watches *atomic.Int64, on func(*actionsv1alpha1.ExternalAction, time.Time)) context.CancelFunc {
+	t.Helper()
 	wc, err := client.NewWithWatch(e.Config, client.Options{Scheme: app.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &watcher{done: map[string]time.Time{}, other: map[string]actionsv1alpha1.Phase{}, cancel: cancel}
 	t.Cleanup(cancel)
 	started := make(chan struct{})
 	go func() {
@@ -58,7 +77,7 @@ func watchSucceeded(t *testing.T, e *envtestutil.Env, ns string) *watcher {
 		for ctx.Err() == nil {
 			wi, err := wc.Watch(ctx, &actionsv1alpha1.ExternalActionList{}, client.InNamespace(ns),
 				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
-			w.watches.Add(1)
+			watches.Add(1)
 			if first {
 				close(started)
 				first = false
@@ -81,21 +100,12 @@ func watchSucceeded(t *testing.T, e *envtestutil.Env, ns string) *watcher {
 				if ev.Type == watch.Bookmark {
 					continue
 				}
-				now := time.Now()
-				w.mu.Lock()
-				if xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
-					if _, seen := w.done[xa.Name]; !seen {
-						w.done[xa.Name] = now
-					}
-				} else if xa.Status.Phase.Terminal() {
-					w.other[xa.Name] = xa.Status.Phase
-				}
-				w.mu.Unlock()
+				on(xa, time.Now())
 			}
 		}
 	}()
 	<-started
-	return w
+	return cancel
 }
 
 // waitAll waits until n actions named prefix-<i> are Succeeded and returns their times.

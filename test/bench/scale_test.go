@@ -302,6 +302,13 @@ func TestBenchmarkScale(t *testing.T) {
 // end. It has the finalizer policy, as newEnv.
 func scaleEnv(t *testing.T) *envtestutil.Env {
 	t.Helper()
+	return controlPlaneCompacting(t, "0")
+}
+
+// controlPlaneCompacting is a fresh control plane whose API server compacts etcd every interval
+// (--etcd-compaction-interval, a Go duration; "0" never), with the finalizer policy, as newEnv.
+func controlPlaneCompacting(t *testing.T, interval string) *envtestutil.Env {
+	t.Helper()
 	// As envtestutil.Start: errors only (controller-runtime warns, with a stack, when no logger is set).
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	env := &envtest.Environment{
@@ -309,7 +316,7 @@ func scaleEnv(t *testing.T) *envtestutil.Env {
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: envtestutil.AssetsDir(),
 	}
-	env.ControlPlane.GetAPIServer().Configure().Set("etcd-compaction-interval", "0")
+	env.ControlPlane.GetAPIServer().Configure().Set("etcd-compaction-interval", interval)
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting envtest: %v", err)

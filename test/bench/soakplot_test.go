@@ -1,0 +1,90 @@
+package bench
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// soakSeries is one line of a panel: a name, a colour and the value of each sample.
+type soakSeries struct {
+	name  string
+	color color.Color
+	value func(SoakSample) float64
+}
+
+var (
+	blue   = color.RGBA{R: 31, G: 119, B: 180, A: 255}
+	orange = color.RGBA{R: 255, G: 127, B: 14, A: 255}
+	green  = color.RGBA{R: 44, G: 160, B: 44, A: 255}
+)
+
+// plotSoak renders the run's rate, latency and etcd size over time as a PNG of three panels (gonum/plot).
+func plotSoak(path string, r SoakResult) error {
+	title := fmt.Sprintf("actionledger soak: %.0f actions/s offered (%.1fM a day), %d shard(s), %s store", r.Rate, r.PerDay()/1e6, r.Shards, r.Store)
+	panels := []struct {
+		title, y string
+		lines    []soakSeries
+	}{
+		{title, "actions/s", []soakSeries{
+			{"offered", orange, func(s SoakSample) float64 { return s.OfferedPerSec }},
+			{"succeeded", blue, func(s SoakSample) float64 { return s.SucceededPerSec }},
+		}},
+		{"create → Succeeded, actions that succeeded in each sample", "ms", []soakSeries{
+			{"p50", green, func(s SoakSample) float64 { return s.P50Ms }},
+			{"p99", blue, func(s SoakSample) float64 { return s.P99Ms }},
+		}},
+		{"etcd (API server compacts every --etcd-compaction-interval; periodic defrag)", "MiB", []soakSeries{
+			{"db file (quota counts this)", blue, func(s SoakSample) float64 { return s.Etcd.DBTotal / (1 << 20) }},
+			{"db in use", orange, func(s SoakSample) float64 { return s.Etcd.DBInUse / (1 << 20) }},
+		}},
+	}
+	rows := make([][]*plot.Plot, 0, len(panels))
+	for i, pn := range panels {
+		p := plot.New()
+		p.Title.Text, p.Y.Label.Text = pn.title, pn.y
+		if i == len(panels)-1 {
+			p.X.Label.Text = "seconds since the first create"
+		}
+		p.Y.Min = 0
+		p.Legend.Top, p.Legend.Left = true, true
+		for _, ln := range pn.lines {
+			xys := make(plotter.XYs, 0, len(r.Samples))
+			for _, s := range r.Samples {
+				xys = append(xys, plotter.XY{X: s.AtSeconds, Y: ln.value(s)})
+			}
+			l, err := plotter.NewLine(xys)
+			if err != nil {
+				return fmt.Errorf("plotting %s: %w", ln.name, err)
+			}
+			l.Color, l.Width = ln.color, vg.Points(1.5)
+			p.Add(l)
+			p.Legend.Add(ln.name, l)
+		}
+		p.Add(plotter.NewGrid())
+		rows = append(rows, []*plot.Plot{p})
+	}
+	img := vgimg.New(vg.Points(900), vg.Points(900))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
+	canvases := plot.Align(rows, tiles, dc)
+	for i := range rows {
+		rows[i][0].Draw(canvases[i][0])
+	}
+	f, err := os.Create(path) //nolint:gosec // BENCH_SOAK_OUT is the user's own choice
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
+}
