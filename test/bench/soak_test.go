@@ -44,6 +44,11 @@ type SoakSample struct {
 	// P50Ms and P99Ms are create → Succeeded (this process's watch) of the actions that succeeded in the window.
 	P50Ms float64 `json:"p50Ms"`
 	P99Ms float64 `json:"p99Ms"`
+	// ManagerSucceeded is the managers' own count of actions that ended Succeeded
+	// (actionledger_action_duration_seconds_count{phase="Succeeded"}, summed), ManagerSucceededPerSec its rate
+	// in the window: what the managers wrote, which this process's watch sees later when the API server lags.
+	ManagerSucceeded       float64 `json:"managerSucceeded"`
+	ManagerSucceededPerSec float64 `json:"managerSucceededPerSecond"`
 	// Pending is created − succeeded − ended otherwise: the backlog seen from outside.
 	Pending int64 `json:"pending"`
 	// QueueDepth is the managers' workqueue_depth{name="externalaction"}, summed.
@@ -85,6 +90,8 @@ type soakRun struct {
 	start    time.Time
 	created  atomic.Int64
 	defrags  atomic.Int64
+	// mgrSucceeded is the managers' Succeeded count at the previous sample.
+	mgrSucceeded float64
 }
 
 // TestBenchmarkSoak runs the soak part once per shard count of BENCH_SOAK_SHARDS. In make bench (BENCH_FULL)
@@ -301,14 +308,16 @@ func (s *soakRun) sampleUntil(done <-chan struct{}) []SoakSample {
 		smp := s.sample(prev, cpu, now.Sub(prevAt))
 		prev, prevAt = cpu, now
 		samples = append(samples, smp)
-		s.t.Logf("t=%4.0fs offered %5.1f/s succeeded %5.1f/s p50 %6.0f ms p99 %6.0f ms pending %5d queue %4.0f live %6d etcd db %6.1f MiB (in use %6.1f) pg %6d rows %5.1f MiB apiserver %.2f cores manager %v",
-			smp.AtSeconds, smp.OfferedPerSec, smp.SucceededPerSec, smp.P50Ms, smp.P99Ms, smp.Pending, smp.QueueDepth, smp.Live,
+		s.t.Logf("t=%4.0fs offered %5.1f/s succeeded %5.1f/s (managers %5.1f/s) p50 %6.0f ms p99 %6.0f ms pending %5d queue %4.0f live %6d etcd db %6.1f MiB (in use %6.1f) pg %6d rows %5.1f MiB apiserver %.2f cores manager %v",
+			smp.AtSeconds, smp.OfferedPerSec, smp.SucceededPerSec, smp.ManagerSucceededPerSec, smp.P50Ms, smp.P99Ms, smp.Pending, smp.QueueDepth, smp.Live,
 			smp.Etcd.DBTotal/(1<<20), smp.Etcd.DBInUse/(1<<20), smp.PGRows, float64(smp.PGBytes)/(1<<20), smp.APIServerCPU, fmtCores(smp.ManagerCPU))
 	}
 	for {
 		select {
 		case <-done:
-			take()
+			if time.Since(prevAt) >= s.cfg.Sample/2 {
+				take() // the last part of the window, unless it is too short to be a rate
+			}
 			return samples
 		case <-tick.C:
 			take()
@@ -357,8 +366,10 @@ func (s *soakRun) sample(cpu0, cpu1 []float64, window time.Duration) SoakSample 
 		smp.ManagerRSS = append(smp.ManagerRSS, m.rss())
 		if met, err := m.scrape(); err == nil {
 			smp.QueueDepth += sum(met, "workqueue_depth", `name="externalaction"`)
+			smp.ManagerSucceeded += sum(met, "actionledger_action_duration_seconds_count", `phase="Succeeded"`)
 		}
 	}
+	smp.ManagerSucceededPerSec, s.mgrSucceeded = (smp.ManagerSucceeded-s.mgrSucceeded)/w, smp.ManagerSucceeded
 	smp.APIServerCPU, smp.EtcdCPU, smp.BenchCPU = cores(nm), cores(nm+1), cores(nm+2)
 	smp.APIServerRSS, smp.EtcdRSS = rssOf(s.pids[nm]), rssOf(s.pids[nm+1])
 	smp.DestPeakPerSec = s.perSec.peakSince(time.Now().Add(-window))

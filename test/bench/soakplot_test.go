@@ -34,7 +34,8 @@ func plotSoak(path string, r SoakResult) error {
 	}{
 		{title, "actions/s", []soakSeries{
 			{"offered", orange, func(s SoakSample) float64 { return s.OfferedPerSec }},
-			{"succeeded", blue, func(s SoakSample) float64 { return s.SucceededPerSec }},
+			{"succeeded (seen by a watch)", blue, func(s SoakSample) float64 { return s.SucceededPerSec }},
+			{"succeeded (managers' metric)", green, func(s SoakSample) float64 { return s.ManagerSucceededPerSec }},
 		}},
 		{"create → Succeeded, actions that succeeded in each sample", "ms", []soakSeries{
 			{"p50", green, func(s SoakSample) float64 { return s.P50Ms }},
