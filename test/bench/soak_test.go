@@ -92,6 +92,15 @@ type soakRun struct {
 	defrags  atomic.Int64
 	// mgrSucceeded is the managers' Succeeded count at the previous sample.
 	mgrSucceeded float64
+	// apiAt are the API server's request counters (apiWrites) and the managers' Succeeded count at the first
+	// steady sample and at the last create: the API calls per action over the steady window.
+	apiAt [2]apiReading
+}
+
+// apiReading is the API server's request counters and the managers' Succeeded count at one moment.
+type apiReading struct {
+	requests  map[string]float64
+	succeeded float64
 }
 
 // TestBenchmarkSoak runs the soak part once per shard count of BENCH_SOAK_SHARDS. In make bench (BENCH_FULL)
@@ -308,6 +317,9 @@ func (s *soakRun) sampleUntil(done <-chan struct{}) []SoakSample {
 		smp := s.sample(prev, cpu, now.Sub(prevAt))
 		prev, prevAt = cpu, now
 		samples = append(samples, smp)
+		if s.apiAt[0].requests == nil && smp.AtSeconds >= s.cfg.Warm().Seconds() {
+			s.apiAt[0] = apiReading{apiWrites(s.t, s.e), smp.ManagerSucceeded}
+		}
 		s.t.Logf("t=%4.0fs offered %5.1f/s succeeded %5.1f/s (managers %5.1f/s) p50 %6.0f ms p99 %6.0f ms pending %5d queue %4.0f live %6d etcd db %6.1f MiB (in use %6.1f) pg %6d rows %5.1f MiB apiserver %.2f cores manager %v",
 			smp.AtSeconds, smp.OfferedPerSec, smp.SucceededPerSec, smp.ManagerSucceededPerSec, smp.P50Ms, smp.P99Ms, smp.Pending, smp.QueueDepth, smp.Live,
 			smp.Etcd.DBTotal/(1<<20), smp.Etcd.DBInUse/(1<<20), smp.PGRows, float64(smp.PGBytes)/(1<<20), smp.APIServerCPU, fmtCores(smp.ManagerCPU))
@@ -318,6 +330,7 @@ func (s *soakRun) sampleUntil(done <-chan struct{}) []SoakSample {
 			if time.Since(prevAt) >= s.cfg.Sample/2 {
 				take() // the last part of the window, unless it is too short to be a rate
 			}
+			s.apiAt[1] = apiReading{apiWrites(s.t, s.e), samples[len(samples)-1].ManagerSucceeded}
 			return samples
 		case <-tick.C:
 			take()
@@ -426,6 +439,10 @@ func (s *soakRun) finish(samples []SoakSample, drained bool) SoakResult {
 		if met, err := m.scrape(); err == nil {
 			r.DestinationShare = append(r.DestinationShare, sum1(met, "actionledger_shard_destination_share"))
 		}
+	}
+	if a, b := s.apiAt[0], s.apiAt[1]; a.requests != nil && b.succeeded > a.succeeded {
+		w := perAction(a.requests, b.requests, int(b.succeeded-a.succeeded))
+		r.APIPerAction = &w
 	}
 	summarize(&r, s.cfg)
 	return r

@@ -65,8 +65,8 @@ func soakSamples(rate float64, succeeded []float64, p99, db []float64) []SoakSam
 
 func TestSummarizeSoak(t *testing.T) {
 	cfg := soakConfig{Rate: 100, Duration: 100 * time.Second, Sample: 10 * time.Second, TTL: time.Hour, Compression: 360,
-		Compaction: 20 * time.Second, TombstoneTTL: 30 * 24 * time.Hour}
-	// Warm = 10 s + 20 s + 10 s = 40 s: the samples at 40..100 s are the window (7 samples).
+		Compaction: 10 * time.Second, TombstoneTTL: 30 * 24 * time.Hour}
+	// Warm = 10 s + 2 × 10 s + 10 s = 40 s: the samples at 40..100 s are the window (7 samples).
 	flat := []float64{1, 1, 1, 50, 60, 55, 60, 58, 61, 59}
 	p99 := []float64{900, 800, 700, 300, 310, 290, 305, 300, 320, 310}
 	ok := []float64{100, 100, 100, 100, 99, 100, 98, 100, 100, 99}

@@ -20,7 +20,7 @@ import (
 type soakConfig struct {
 	// Rate is the arrival rate, actions created per second (BENCH_SOAK_RATE; 116 = 10M a day; quick: 4).
 	Rate float64
-	// Duration is how long actions arrive (BENCH_SOAK_DURATION seconds; default 900; quick: 25).
+	// Duration is how long actions arrive (BENCH_SOAK_DURATION seconds; default 900; quick: 28).
 	Duration time.Duration
 	// Sample is the sampling period (BENCH_SOAK_SAMPLE seconds; default 10; quick: 2).
 	Sample time.Duration
@@ -57,7 +57,7 @@ type soakConfig struct {
 // soakConfigFromEnv reads the knobs; getenv is os.Getenv outside of tests, full selects make bench's defaults
 // over the quick variant's. Errors name the bad knob.
 func soakConfigFromEnv(getenv func(string) string, full bool) (soakConfig, error) {
-	c := soakConfig{Rate: 4, Duration: 25 * time.Second, Sample: 2 * time.Second, TTL: time.Hour, Compression: 720,
+	c := soakConfig{Rate: 4, Duration: 28 * time.Second, Sample: 2 * time.Second, TTL: time.Hour, Compression: 720,
 		TombstoneTTL: 30 * 24 * time.Hour, RunTombstoneTTL: 8 * time.Second, Compaction: 3 * time.Second,
 		Defrag: 10 * time.Second, Shards: []int{1, 2}, Store: "postgres", Dest: destUnsafe, Reconciles: 16}
 	if full {
@@ -107,7 +107,7 @@ func soakConfigFromEnv(getenv func(string) string, full bool) (soakConfig, error
 		return c, fmt.Errorf("BENCH_SOAK_TTL / BENCH_SOAK_COMPRESSION = %s: want at least 1s (the API keeps whole seconds)", c.RunTTL())
 	}
 	if c.Duration < c.Warm()+3*c.Sample {
-		return c, fmt.Errorf("BENCH_SOAK_DURATION=%s leaves no steady window: want at least %s (the warm-up %s, ttlAfterFinished + one compaction interval + 10s, plus three samples)",
+		return c, fmt.Errorf("BENCH_SOAK_DURATION=%s leaves no steady window: want at least %s (the warm-up %s, ttlAfterFinished + two compaction intervals + 10s, plus three samples)",
 			c.Duration, c.Warm()+3*c.Sample, c.Warm())
 	}
 	return c, nil
@@ -149,11 +149,12 @@ func (c soakConfig) RunTTL() time.Duration {
 }
 
 // Warm is when etcd can be steady, from the first create: the first actions are collected at RunTTL, and the
-// history etcd holds reaches its steady saw tooth after one compaction interval more; 10 s covers the time to
-// finish and the collection's own writes. The tombstone table is steady only after RunTombstoneTTL and the
+// history etcd holds reaches its steady saw tooth after two compaction intervals more (the API server compacts,
+// at each interval, to the revision it saw at the previous one: etcd holds one to two intervals of history);
+// 10 s covers the time to finish and the collection's own writes. The tombstone table is steady only after RunTombstoneTTL and the
 // store's expiry period (PostgreSQL: 1 min), which may be later: the summary says so per figure.
 func (c soakConfig) Warm() time.Duration {
-	return c.RunTTL() + c.Compaction + 10*time.Second
+	return c.RunTTL() + 2*c.Compaction + 10*time.Second
 }
 
 // TombstoneWarm is when the tombstone count can be steady: RunTTL + RunTombstoneTTL + the store's expiry period.

@@ -39,6 +39,9 @@ type SoakResult struct {
 	StoredPerLiveAction float64      `json:"etcdBytesPerLiveAction"`
 	DBPerStored         float64      `json:"etcdDBBytesPerStoredByte"`
 	PG                  *PGSizes     `json:"pg,omitempty"`
+	// APIPerAction are the API server's requests per action that succeeded over the steady window, by kind
+	// (apiserver_request_total: writes of every resource, GETs of single objects).
+	APIPerAction *Writes `json:"apiRequestsPerAction,omitempty"`
 	Steady              SoakSteady   `json:"steady"`
 	Derived             SoakDerived  `json:"derived"`
 	Samples             []SoakSample `json:"samples"`
@@ -333,6 +336,14 @@ func soakFigures(cfg soakConfig) []soakFigure {
 			return fmt.Sprintf("%d (%d/s)", r.Steady.DestPeakPerSec, cfg.RateLimit)
 		}},
 		{"keys applied twice", func(r SoakResult) string { return strconv.Itoa(r.Duplicates) }},
+		{"API requests per action, steady (ExternalAction writes; GETs)", func(r SoakResult) string {
+			if r.APIPerAction == nil {
+				return "not read"
+			}
+			w := r.APIPerAction
+			return fmt.Sprintf("create %.2f, status %.2f, update+patch %.2f, delete %.2f, tombstones %.2f, events %.2f; GETs %.2f",
+				w.Creates, w.StatusWrites, w.Updates+w.Patches, w.Deletes, w.Tombstones, w.Events, w.Reads)
+		}},
 		{"CPU cores: manager(s) / API server / etcd / load generator", func(r SoakResult) string {
 			return fmt.Sprintf("%s / %.2f / %.2f / %.2f", list(r.Steady.ManagerCPU, "%.2f"), r.Steady.APIServerCPU, r.Steady.EtcdCPU, r.Steady.BenchCPU)
 		}},
