@@ -90,8 +90,10 @@ type soakRun struct {
 	start    time.Time
 	created  atomic.Int64
 	defrags  atomic.Int64
-	// mgrSucceeded is the managers' Succeeded count at the previous sample.
+	// mgrSucceeded is the managers' Succeeded count at the previous sample; mgrLast each manager's last scraped
+	// count (kept when a scrape fails, so that a failed scrape does not read as a drop).
 	mgrSucceeded float64
+	mgrLast      []float64
 	// apiAt are the API server's request counters (apiWrites) and the managers' Succeeded count at the first
 	// steady sample and at the last create: the API calls per action over the steady window.
 	apiAt [2]apiReading
@@ -140,7 +142,7 @@ func TestBenchmarkSoak(t *testing.T) {
 	}
 	table := soakTable(cfg, results)
 	t.Log("\n" + table)
-	if err := os.WriteFile(filepath.Join(out, "soak.md"), []byte(table), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(out, "soak.md"), []byte(table), 0o600); err != nil { //nolint:gosec // BENCH_SOAK_OUT is the user's own choice
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s", out)
@@ -179,6 +181,11 @@ func checkSoak(t *testing.T, r SoakResult) {
 			t.Errorf("shard %d of %d succeeded nothing", i+1, r.Shards)
 		}
 	}
+	for i, n := range r.ManagerSucceeded {
+		if n == 0 {
+			t.Errorf("manager %d of %d recorded no success (actionledger_action_duration_seconds_count)", i+1, r.Shards)
+		}
+	}
 	last := r.Samples[len(r.Samples)-1]
 	if last.Etcd.DBTotal <= 0 || last.APIServerRSS <= 0 || slices.Contains(last.ManagerRSS, 0) {
 		t.Errorf("a column was never read: %+v", last)
@@ -208,18 +215,20 @@ func (s *soakRun) setUp(bin string) {
 	s.e = controlPlaneCompacting(t, cfg.Compaction.String())
 	s.ns = s.e.Namespace(t)
 	s.etcd = newEtcdClient(s.e.Env.ControlPlane.Etcd.URL.String())
-	s.dest = destination.New(destination.Options{Dedup: true})
+	// The destination deduplicates on the key only when the Destination says so (safe): against the unsafe kind
+	// a second send of a key is a second effect, which Summary counts as a duplicate.
+	s.dest = destination.New(destination.Options{Dedup: cfg.Dest == destSafe})
 	s.perSec = &secondCounter{counts: map[int64]int{}}
 	ts := httptest.NewServer(s.perSec.wrap(s.dest))
 	t.Cleanup(ts.Close)
-	burst := int32(max(1, cfg.RateLimit/4))
+	burst := int32(max(1, cfg.RateLimit/4)) //nolint:gosec // G115: soakConfigFromEnv bounds RateLimit to 1..1e6
 	s.e.CreateDestination(t, s.ns, "provider", ts.URL, func(d *actionsv1alpha1.DestinationSpec) {
 		d.Effect = actionsv1alpha1.EffectUnsafe
 		d.Idempotency = &actionsv1alpha1.IdempotencyConfig{Supported: cfg.Dest == destSafe}
 		if cfg.Dest == destSafe {
 			d.Idempotency.Claim = actionsv1alpha1.ClaimWhenUnsafe
 		}
-		d.RateLimit = &actionsv1alpha1.RateLimit{RequestsPerSecond: int32(cfg.RateLimit), Burst: &burst}
+		d.RateLimit = &actionsv1alpha1.RateLimit{RequestsPerSecond: int32(cfg.RateLimit), Burst: &burst} //nolint:gosec // G115: bounded
 		mif := int32(defaultMaxInFlight)
 		d.Concurrency = &actionsv1alpha1.Concurrency{MaxInFlight: &mif}
 		d.Retention = &actionsv1alpha1.Retention{TTLAfterFinished: &metav1.Duration{Duration: cfg.RunTTL()},
@@ -269,17 +278,26 @@ func (s *soakRun) generate() <-chan struct{} {
 	n := int(s.cfg.Rate * s.cfg.Duration.Seconds())
 	s.obs.expect(n)
 	done := make(chan struct{})
+	// The generator stops with the test: a sampler that fails the test must not leave it creating against a
+	// stopped control plane (this cleanup runs before the control plane's, registered earlier).
+	ctx, cancel := context.WithCancel(context.Background())
+	s.t.Cleanup(func() { cancel(); <-done })
 	var failed atomic.Int64
 	go func() {
 		defer close(done)
 		var wg sync.WaitGroup
+		defer wg.Wait()
 		for i := range n {
 			at := s.start.Add(time.Duration(float64(i) / s.cfg.Rate * float64(time.Second)))
-			time.Sleep(time.Until(at))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(at)):
+			}
 			wg.Go(func() {
 				s.obs.created(i, time.Now())
-				if err := s.e.Client.Create(context.Background(), s.action(soakName(i), i%s.shards)); err != nil {
-					if failed.Add(1) == 1 {
+				if err := s.e.Client.Create(ctx, s.action(soakName(i), i%s.shards)); err != nil {
+					if failed.Add(1) == 1 && ctx.Err() == nil {
 						s.t.Logf("create %s: %v (failed creates are counted, the run goes on)", soakName(i), err)
 					}
 					s.obs.failedCreate(i)
@@ -289,7 +307,7 @@ func (s *soakRun) generate() <-chan struct{} {
 			})
 		}
 		wg.Wait()
-		if f := failed.Load(); f > 0 {
+		if f := failed.Load(); f > 0 && ctx.Err() == nil {
 			s.t.Logf("%d creates failed", f)
 		}
 	}()
@@ -310,6 +328,8 @@ func (s *soakRun) sampleUntil(done <-chan struct{}) []SoakSample {
 		defer dt.Stop()
 		defrag = dt.C
 	}
+	s.mgrLast = make([]float64, len(s.managers))
+	s.mgrSucceeded = s.managersSucceeded() // the warm-up actions are not the window's
 	prev := s.readCPU()
 	prevAt := time.Now()
 	take := func() {
@@ -317,8 +337,8 @@ func (s *soakRun) sampleUntil(done <-chan struct{}) []SoakSample {
 		smp := s.sample(prev, cpu, now.Sub(prevAt))
 		prev, prevAt = cpu, now
 		samples = append(samples, smp)
-		if s.apiAt[0].requests == nil && smp.AtSeconds >= s.cfg.Warm().Seconds() {
-			s.apiAt[0] = apiReading{apiWrites(s.t, s.e), smp.ManagerSucceeded}
+		if s.apiAt[0].requests == nil && steadySample(smp, s.cfg) {
+			s.apiAt[0] = apiReading{apiWrites(s.t, s.e), s.managersSucceeded()}
 		}
 		s.t.Logf("t=%4.0fs offered %5.1f/s succeeded %5.1f/s (managers %5.1f/s) p50 %6.0f ms p99 %6.0f ms pending %5d queue %4.0f live %6d etcd db %6.1f MiB (in use %6.1f) pg %6d rows %5.1f MiB apiserver %.2f cores manager %v",
 			smp.AtSeconds, smp.OfferedPerSec, smp.SucceededPerSec, smp.ManagerSucceededPerSec, smp.P50Ms, smp.P99Ms, smp.Pending, smp.QueueDepth, smp.Live,
@@ -330,7 +350,7 @@ func (s *soakRun) sampleUntil(done <-chan struct{}) []SoakSample {
 			if time.Since(prevAt) >= s.cfg.Sample/2 {
 				take() // the last part of the window, unless it is too short to be a rate
 			}
-			s.apiAt[1] = apiReading{apiWrites(s.t, s.e), samples[len(samples)-1].ManagerSucceeded}
+			s.apiAt[1] = apiReading{apiWrites(s.t, s.e), s.managersSucceeded()}
 			return samples
 		case <-tick.C:
 			take()
@@ -350,6 +370,22 @@ func fmtCores(cs []float64) string {
 		parts = append(parts, fmt.Sprintf("%.2f", c))
 	}
 	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// managerSucceededMetric counts, per manager, the actions that reached a terminal phase, by phase.
+const managerSucceededMetric = "actionledger_action_duration_seconds_count"
+
+// managersSucceeded scrapes every manager now and returns their Succeeded counts summed (a manager whose scrape
+// fails counts with its last known value).
+func (s *soakRun) managersSucceeded() float64 {
+	var total float64
+	for i, m := range s.managers {
+		if met, err := m.scrape(); err == nil {
+			s.mgrLast[i] = sum(met, managerSucceededMetric, `phase="Succeeded"`)
+		}
+		total += s.mgrLast[i]
+	}
+	return total
 }
 
 // readCPU is the CPU seconds of each pid of s.pids.
@@ -379,8 +415,9 @@ func (s *soakRun) sample(cpu0, cpu1 []float64, window time.Duration) SoakSample 
 		smp.ManagerRSS = append(smp.ManagerRSS, m.rss())
 		if met, err := m.scrape(); err == nil {
 			smp.QueueDepth += sum(met, "workqueue_depth", `name="externalaction"`)
-			smp.ManagerSucceeded += sum(met, "actionledger_action_duration_seconds_count", `phase="Succeeded"`)
+			s.mgrLast[i] = sum(met, managerSucceededMetric, `phase="Succeeded"`)
 		}
+		smp.ManagerSucceeded += s.mgrLast[i]
 	}
 	smp.ManagerSucceededPerSec, s.mgrSucceeded = (smp.ManagerSucceeded-s.mgrSucceeded)/w, smp.ManagerSucceeded
 	smp.APIServerCPU, smp.EtcdCPU, smp.BenchCPU = cores(nm), cores(nm+1), cores(nm+2)
@@ -432,14 +469,18 @@ func (s *soakRun) finish(samples []SoakSample, drained bool) SoakResult {
 		}
 		r.PG = &sz
 	}
-	sum := s.dest.Summary()
-	r.Duplicates, r.DestinationRequests = sum.Duplicates, sum.Requests
+	ds := s.dest.Summary()
+	r.Duplicates, r.Replayed, r.DestinationRequests = ds.Duplicates, ds.Replayed, ds.Requests
 	r.Failed = countFailed(t, s.e, s.ns)
-	for _, m := range s.managers {
+	for i, m := range s.managers {
 		if met, err := m.scrape(); err == nil {
-			r.DestinationShare = append(r.DestinationShare, sum1(met, "actionledger_shard_destination_share"))
+			if v, ok := first(met, "actionledger_shard_destination_share"); ok {
+				r.DestinationShare = append(r.DestinationShare, v)
+			}
+			s.mgrLast[i] = sum(met, managerSucceededMetric, `phase="Succeeded"`)
 		}
 	}
+	r.ManagerSucceeded = s.mgrLast
 	if a, b := s.apiAt[0], s.apiAt[1]; a.requests != nil && b.succeeded > a.succeeded {
 		w := perAction(a.requests, b.requests, int(b.succeeded-a.succeeded))
 		r.APIPerAction = &w
@@ -448,14 +489,15 @@ func (s *soakRun) finish(samples []SoakSample, drained bool) SoakResult {
 	return r
 }
 
-// sum1 is the value of metric's first series (0 when absent): for gauges with one series per destination.
-func sum1(m map[string]float64, metric string) float64 {
+// first is the value of metric's first series, and whether there is one: for gauges with one series per
+// destination (the soak has one destination).
+func first(m map[string]float64, metric string) (float64, bool) {
 	for k, v := range m {
 		if name, _, _ := strings.Cut(k, "{"); name == metric {
-			return v
+			return v, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // rssOf reads VmRSS of pid from /proc, in bytes (0 when unreadable).

@@ -22,7 +22,7 @@ func TestSoakConfigFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Rate != 116 || c.RunTTL() != time.Minute || c.Compaction != 5*time.Minute || c.RateLimit != 145 || c.Store != "postgres" ||
+	if c.Rate != 116 || c.Duration != 1320*time.Second || c.RunTTL() != time.Minute || c.Compaction != 5*time.Minute || c.RateLimit != 145 || c.Store != "postgres" ||
 		len(c.Shards) != 2 {
 		t.Errorf("full defaults: %+v (run TTL %s)", c, c.RunTTL())
 	}
@@ -46,6 +46,7 @@ func TestSoakConfigFromEnv(t *testing.T) {
 	for _, bad := range [][]string{
 		{"BENCH_SOAK_RATE", "0"}, {"BENCH_SOAK_RATE", "fast"}, {"BENCH_SOAK_SHARDS", "3"}, {"BENCH_SOAK_STORE", "mysql"},
 		{"BENCH_SOAK_DEST", "maybe"}, {"BENCH_SOAK_DURATION", "60"}, {"BENCH_SOAK_COMPRESSION", "7200"}, {"BENCH_SOAK_DEFRAG", "-1"},
+		{"BENCH_SOAK_RATE_LIMIT", "0.5"}, {"BENCH_SOAK_RECONCILES", "3000000"}, {"BENCH_SOAK_SAMPLE", "0.001"},
 	} {
 		if _, err := soakConfigFromEnv(env(bad...), true); err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%s=%s: error %v, want one naming the knob", bad[0], bad[1], err)
@@ -66,17 +67,17 @@ func soakSamples(rate float64, succeeded []float64, p99, db []float64) []SoakSam
 func TestSummarizeSoak(t *testing.T) {
 	cfg := soakConfig{Rate: 100, Duration: 100 * time.Second, Sample: 10 * time.Second, TTL: time.Hour, Compression: 360,
 		Compaction: 10 * time.Second, TombstoneTTL: 30 * 24 * time.Hour}
-	// Warm = 10 s + 2 × 10 s + 10 s = 40 s: the samples at 40..100 s are the window (7 samples).
+	// Warm = 10 s + 2 × 10 s + 10 s = 40 s: the samples whose 10 s lie after it, 50..100 s, are the window (6).
 	flat := []float64{1, 1, 1, 50, 60, 55, 60, 58, 61, 59}
 	p99 := []float64{900, 800, 700, 300, 310, 290, 305, 300, 320, 310}
 	ok := []float64{100, 100, 100, 100, 99, 100, 98, 100, 100, 99}
 	r := SoakResult{Samples: soakSamples(100, ok, p99, flat), StoredPerLiveAction: 2000, DBPerStored: 1.5}
 	summarize(&r, cfg)
-	if r.Steady.Samples != 7 || r.Steady.FromSeconds != 40 || !r.Steady.Sustained || !r.Steady.Flat {
+	if r.Steady.Samples != 6 || r.Steady.FromSeconds != 50 || !r.Steady.Sustained || !r.Steady.Flat || !r.Steady.FlatJudged {
 		t.Errorf("a flat, sustained run: %+v", r.Steady)
 	}
-	if r.Steady.EtcdDBMaxMiB != 61 || r.Steady.P99Ms != 305 {
-		t.Errorf("etcd max %.0f (want 61), p99 median %.0f (want 305)", r.Steady.EtcdDBMaxMiB, r.Steady.P99Ms)
+	if r.Steady.EtcdDBMaxMiB != 61 || r.Steady.P99Ms != 307.5 {
+		t.Errorf("etcd max %.0f (want 61), p99 median %.1f (want 307.5)", r.Steady.EtcdDBMaxMiB, r.Steady.P99Ms)
 	}
 	if want := 61 + 360000*2000*1.5/(1<<20); r.Derived.LiveActions != 360000 || r.Derived.EtcdDBMiB != want {
 		t.Errorf("derived %+v, want 360000 live and %.1f MiB", r.Derived, want)
@@ -87,6 +88,13 @@ func TestSummarizeSoak(t *testing.T) {
 	summarize(&r, cfg)
 	if r.Steady.Flat {
 		t.Errorf("an etcd file growing 10 MiB a sample is not flat: %+v", r.Steady)
+	}
+	short := cfg
+	short.Compaction = 25 * time.Second // Warm 70 s: a window of 80..100 s, 30 s, less than two intervals
+	r = SoakResult{Samples: soakSamples(100, ok, p99, flat)}
+	summarize(&r, short)
+	if r.Steady.FlatJudged || r.Steady.Samples != 3 {
+		t.Errorf("a window shorter than two compaction intervals is not judged: %+v", r.Steady)
 	}
 	slow := []float64{100, 100, 100, 90, 90, 90, 90, 90, 90, 90}
 	r = SoakResult{Samples: soakSamples(100, slow, p99, flat)}

@@ -20,7 +20,8 @@ import (
 type soakConfig struct {
 	// Rate is the arrival rate, actions created per second (BENCH_SOAK_RATE; 116 = 10M a day; quick: 4).
 	Rate float64
-	// Duration is how long actions arrive (BENCH_SOAK_DURATION seconds; default 900; quick: 28).
+	// Duration is how long actions arrive (BENCH_SOAK_DURATION seconds; default 1320, which leaves a steady
+	// window of two compaction intervals after Warm; quick: 28).
 	Duration time.Duration
 	// Sample is the sampling period (BENCH_SOAK_SAMPLE seconds; default 10; quick: 2).
 	Sample time.Duration
@@ -61,7 +62,7 @@ func soakConfigFromEnv(getenv func(string) string, full bool) (soakConfig, error
 		TombstoneTTL: 30 * 24 * time.Hour, RunTombstoneTTL: 8 * time.Second, Compaction: 3 * time.Second,
 		Defrag: 10 * time.Second, Shards: []int{1, 2}, Store: "postgres", Dest: destUnsafe, Reconciles: 16}
 	if full {
-		c.Rate, c.Duration, c.Sample, c.Compression = 116, 900*time.Second, 10*time.Second, 60
+		c.Rate, c.Duration, c.Sample, c.Compression = 116, 1320*time.Second, 10*time.Second, 60
 		c.RunTombstoneTTL, c.Compaction, c.Defrag = 180*time.Second, 300*time.Second, 600*time.Second
 	}
 	r := knobReader{getenv: getenv}
@@ -74,8 +75,8 @@ func soakConfigFromEnv(getenv func(string) string, full bool) (soakConfig, error
 	c.RunTombstoneTTL = r.secs("BENCH_SOAK_RUN_TOMBSTONE_TTL", c.RunTombstoneTTL, false)
 	c.Compaction = r.secs("BENCH_SOAK_COMPACTION", c.Compaction, false)
 	c.Defrag = r.secs("BENCH_SOAK_DEFRAG", c.Defrag, true)
-	c.RateLimit = int(r.num("BENCH_SOAK_RATE_LIMIT", math.Ceil(1.25*c.Rate), false))
-	c.Reconciles = int(r.num("BENCH_SOAK_RECONCILES", float64(c.Reconciles), false))
+	c.RateLimit = r.whole("BENCH_SOAK_RATE_LIMIT", int(math.Ceil(1.25*c.Rate)))
+	c.Reconciles = r.whole("BENCH_SOAK_RECONCILES", c.Reconciles)
 	if r.err != nil {
 		return c, r.err
 	}
@@ -102,6 +103,9 @@ func soakConfigFromEnv(getenv func(string) string, full bool) (soakConfig, error
 			return c, fmt.Errorf("BENCH_SOAK_DEST=%q: want %s or %s", v, destUnsafe, destSafe)
 		}
 		c.Dest = v
+	}
+	if c.Sample < time.Second {
+		return c, fmt.Errorf("BENCH_SOAK_SAMPLE=%s: want at least 1s", c.Sample)
 	}
 	if c.RunTTL() < time.Second {
 		return c, fmt.Errorf("BENCH_SOAK_TTL / BENCH_SOAK_COMPRESSION = %s: want at least 1s (the API keeps whole seconds)", c.RunTTL())
@@ -137,6 +141,15 @@ func (r *knobReader) num(k string, def float64, zeroOK bool) float64 {
 	return f
 }
 
+// whole is the knob k as a whole number from 1 to 1,000,000, or def when unset.
+func (r *knobReader) whole(k string, def int) int {
+	f := r.num(k, float64(def), false)
+	if r.err == nil && (f != math.Trunc(f) || f > 1e6) {
+		r.err = fmt.Errorf("%s=%q: want a whole number from 1 to 1000000", k, strings.TrimSpace(r.getenv(k)))
+	}
+	return int(f)
+}
+
 // secs is the knob k in seconds, or def when unset.
 func (r *knobReader) secs(k string, def time.Duration, zeroOK bool) time.Duration {
 	return time.Duration(r.num(k, def.Seconds(), zeroOK) * float64(time.Second))
@@ -151,21 +164,15 @@ func (c soakConfig) RunTTL() time.Duration {
 // Warm is when etcd can be steady, from the first create: the first actions are collected at RunTTL, and the
 // history etcd holds reaches its steady saw tooth after two compaction intervals more (the API server compacts,
 // at each interval, to the revision it saw at the previous one: etcd holds one to two intervals of history);
-// 10 s covers the time to finish and the collection's own writes. The tombstone table is steady only after RunTombstoneTTL and the
-// store's expiry period (PostgreSQL: 1 min), which may be later: the summary says so per figure.
+// 10 s covers the time to finish and the collection's own writes.
 func (c soakConfig) Warm() time.Duration {
 	return c.RunTTL() + 2*c.Compaction + 10*time.Second
-}
-
-// TombstoneWarm is when the tombstone count can be steady: RunTTL + RunTombstoneTTL + the store's expiry period.
-func (c soakConfig) TombstoneWarm() time.Duration {
-	return c.RunTTL() + c.RunTombstoneTTL + expiryPeriod(c.Store) + 10*time.Second
 }
 
 // Compressions states the run's time compression in words, for the table and the log.
 func (c soakConfig) Compressions() string {
 	return fmt.Sprintf("ttlAfterFinished %s runs as %s (%.0f×); tombstoneTTL %s runs as %s (%.0f×)",
-		fmtDuration(c.TTL), fmtDuration(c.RunTTL()), c.Compression, fmtDuration(c.TombstoneTTL), fmtDuration(c.RunTombstoneTTL),
+		fmtDuration(c.TTL), fmtDuration(c.RunTTL()), c.TTL.Seconds()/c.RunTTL().Seconds(), fmtDuration(c.TombstoneTTL), fmtDuration(c.RunTombstoneTTL),
 		c.TombstoneTTL.Seconds()/c.RunTombstoneTTL.Seconds())
 }
 

@@ -27,7 +27,7 @@ var (
 
 // plotSoak renders the run's rate, latency and etcd size over time as a PNG of three panels (gonum/plot).
 func plotSoak(path string, r SoakResult) error {
-	title := fmt.Sprintf("actionledger soak: %.0f actions/s offered (%.1fM a day), %d shard(s), %s store", r.Rate, r.PerDay()/1e6, r.Shards, r.Store)
+	title := fmt.Sprintf("actionledger soak: %g actions/s offered (%.1fM a day), %d shard(s), %s store", r.Rate, r.PerDay()/1e6, r.Shards, r.Store)
 	panels := []struct {
 		title, y string
 		lines    []soakSeries
@@ -55,6 +55,7 @@ func plotSoak(path string, r SoakResult) error {
 		}
 		p.Y.Min = 0
 		p.Legend.Top, p.Legend.Left = true, true
+		p.Add(plotter.NewGrid()) // first, so that the lines are drawn over it
 		for _, ln := range pn.lines {
 			xys := make(plotter.XYs, 0, len(r.Samples))
 			for _, s := range r.Samples {
@@ -68,7 +69,6 @@ func plotSoak(path string, r SoakResult) error {
 			p.Add(l)
 			p.Legend.Add(ln.name, l)
 		}
-		p.Add(plotter.NewGrid())
 		rows = append(rows, []*plot.Plot{p})
 	}
 	img := vgimg.New(vg.Points(900), vg.Points(900))

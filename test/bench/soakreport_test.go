@@ -29,11 +29,15 @@ type SoakResult struct {
 	// Failed counts live actions in a terminal phase other than Succeeded at the end (should be 0).
 	Failed int `json:"failed"`
 	// Duplicates are keys the destination applied more than once (must be 0).
-	Duplicates          int   `json:"duplicates"`
+	Duplicates int `json:"duplicates"`
+	// Replayed are answers the destination replayed from its dedup store (safe destination only).
+	Replayed            int   `json:"replayed"`
 	DestinationRequests int   `json:"destinationRequests"`
 	Defrags             int64 `json:"defragmentations"`
 	// DestinationShare is each manager's actionledger_shard_destination_share at the end (1/n of the limits).
 	DestinationShare []float64 `json:"destinationShare"`
+	// ManagerSucceeded is each manager's own Succeeded count at the end (actionledger_action_duration_seconds_count).
+	ManagerSucceeded []float64 `json:"managerSucceeded"`
 	// StoredPerLiveAction is etcd's key + value bytes per ExternalAction at the end; DBPerStored is the etcd
 	// database after a compaction and defragmentation at the end over all stored bytes (bbolt's overhead).
 	StoredPerLiveAction float64      `json:"etcdBytesPerLiveAction"`
@@ -47,8 +51,9 @@ type SoakResult struct {
 	Samples             []SoakSample `json:"samples"`
 }
 
-// SoakSteady are the figures over the steady window: the samples from soakConfig.Warm to the last create.
-// Means unless named otherwise; CPU in cores; sizes in MiB.
+// SoakSteady are the figures over the steady window: the samples whose whole period lies between
+// soakConfig.Warm and the last create. Means unless named otherwise; CPU in cores; sizes in MiB. PGRowsMax and
+// PGMaxMiB are over the whole run.
 type SoakSteady struct {
 	FromSeconds     float64 `json:"fromSeconds"`
 	ToSeconds       float64 `json:"toSeconds"`
@@ -91,9 +96,11 @@ type SoakSteady struct {
 	PGMaxMiB           float64   `json:"pgMaxMiB"`
 	// Sustained: the succeeded rate kept up with the offered rate (>= 97 %) and the backlog at the window's end
 	// was at most 10 s of arrivals. Flat: p99's second half at most 1.5 × its first half + 100 ms, and the etcd
-	// file's second-half maximum at most 1.2 × its first-half maximum.
-	Sustained bool `json:"sustained"`
-	Flat      bool `json:"flat"`
+	// file's second-half maximum at most 1.2 × its first-half maximum; judged (FlatJudged) only when the window
+	// spans two compaction intervals, so that each half holds a peak of etcd's saw tooth.
+	Sustained  bool `json:"sustained"`
+	Flat       bool `json:"flat"`
+	FlatJudged bool `json:"flatJudged"`
 }
 
 // SoakDerived are figures for the real retention, derived from the measured ones (never measured).
@@ -116,7 +123,7 @@ func (r SoakResult) PerDay() float64 { return r.Rate * 86400 }
 func summarize(r *SoakResult, cfg soakConfig) {
 	var win []SoakSample
 	for _, s := range r.Samples {
-		if s.AtSeconds >= cfg.Warm().Seconds() && s.AtSeconds <= cfg.Duration.Seconds()+cfg.Sample.Seconds()/2 {
+		if steadySample(s, cfg) && s.AtSeconds <= cfg.Duration.Seconds()+cfg.Sample.Seconds()/2 {
 			win = append(win, s)
 		}
 	}
@@ -166,6 +173,7 @@ func summarize(r *SoakResult, cfg soakConfig) {
 	st.PGMaxMiB = maxOf(col(r.Samples, func(s SoakSample) float64 { return float64(s.PGBytes) / (1 << 20) }))
 	st.Sustained = st.OfferedPerSec > 0 && st.SucceededPerSec >= 0.97*st.OfferedPerSec && float64(st.PendingEnd) <= 10*cfg.Rate
 	st.Flat = st.P99SecondHalfMs <= 1.5*st.P99FirstHalfMs+100 && st.EtcdDBSecondHalfMiB <= 1.2*st.EtcdDBFirstHalfMiB
+	st.FlatJudged = st.ToSeconds-st.FromSeconds+cfg.Sample.Seconds() >= 2*cfg.Compaction.Seconds()
 	d := &r.Derived
 	d.LiveActions = cfg.Rate * cfg.TTL.Seconds()
 	d.EtcdDBMiB = st.EtcdDBMaxMiB + (d.LiveActions-st.LiveMean)*r.StoredPerLiveAction*r.DBPerStored/(1<<20)
@@ -173,6 +181,11 @@ func summarize(r *SoakResult, cfg soakConfig) {
 	if r.PG != nil && r.PG.Rows > 0 {
 		d.PGGiB = d.TombstoneRows * float64(r.PG.TotalAfterVacuumFull) / float64(r.PG.Rows) * 1.2 / (1 << 30)
 	}
+}
+
+// steadySample reports whether s's whole period (the Sample before it) lies after cfg.Warm.
+func steadySample(s SoakSample, cfg soakConfig) bool {
+	return s.AtSeconds-cfg.Sample.Seconds() >= cfg.Warm().Seconds()
 }
 
 func mean(xs []float64) float64 {
@@ -252,14 +265,14 @@ func writeSoakFiles(dir string, r SoakResult) error {
 	if err := w.Error(); err != nil {
 		return fmt.Errorf("writing CSV: %w", err)
 	}
-	if err := os.WriteFile(base+".csv", []byte(b.String()), 0o600); err != nil {
+	if err := os.WriteFile(base+".csv", []byte(b.String()), 0o600); err != nil { //nolint:gosec // BENCH_SOAK_OUT is the user's own choice
 		return err
 	}
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(base+".json", data, 0o600); err != nil {
+	if err := os.WriteFile(base+".json", data, 0o600); err != nil { //nolint:gosec // BENCH_SOAK_OUT is the user's own choice
 		return err
 	}
 	return plotSoak(base+".png", r)
@@ -324,18 +337,31 @@ func soakFigures(cfg soakConfig) []soakFigure {
 		{"**etcd file, largest** (first / second half; in use max)", func(r SoakResult) string {
 			return fmt.Sprintf("**%s** (%s / %s; %s)", mib(r.Steady.EtcdDBMaxMiB), mib(r.Steady.EtcdDBFirstHalfMiB), mib(r.Steady.EtcdDBSecondHalfMiB), mib(r.Steady.EtcdInUseMaxMiB))
 		}},
-		{"flat (p99 and etcd)", func(r SoakResult) string { return strconv.FormatBool(r.Steady.Flat) }},
+		{"flat (p99 and etcd)", func(r SoakResult) string {
+			if !r.Steady.FlatJudged {
+				return "not judged: the window is shorter than two compaction intervals"
+			}
+			return strconv.FormatBool(r.Steady.Flat)
+		}},
 		{"live ExternalActions, mean", func(r SoakResult) string { return fmt.Sprintf("%.0f", r.Steady.LiveMean) }},
 		{"backlog (created − ended): max / at the end; drained after", func(r SoakResult) string {
 			return fmt.Sprintf("%d / %d; %v", r.Steady.PendingMax, r.Steady.PendingEnd, r.Drained)
 		}},
 		{"workqueue depth, max", func(r SoakResult) string { return fmt.Sprintf("%.0f", r.Steady.QueueDepthMax) }},
 		{"succeeded per shard (share)", func(r SoakResult) string { return shardShares(r.SucceededByShard) }},
-		{"shard destination share (1/n of the limits)", func(r SoakResult) string { return list(r.DestinationShare, "%.2f") }},
+		{"succeeded per manager (its own metric)", func(r SoakResult) string { return list(r.ManagerSucceeded, "%.0f") }},
+		{"shard destination share (1/n of the limits)", func(r SoakResult) string {
+			if len(r.DestinationShare) == 0 {
+				return "n/a (not sharded)"
+			}
+			return list(r.DestinationShare, "%.2f")
+		}},
 		{"destination: peak requests in one second (rateLimit)", func(r SoakResult) string {
 			return fmt.Sprintf("%d (%d/s)", r.Steady.DestPeakPerSec, cfg.RateLimit)
 		}},
-		{"keys applied twice", func(r SoakResult) string { return strconv.Itoa(r.Duplicates) }},
+		{"keys applied twice (answers replayed by the destination's dedup)", func(r SoakResult) string {
+			return fmt.Sprintf("%d (%d)", r.Duplicates, r.Replayed)
+		}},
 		{"API requests per action, steady (ExternalAction writes; GETs)", func(r SoakResult) string {
 			if r.APIPerAction == nil {
 				return "not read"
@@ -344,7 +370,7 @@ func soakFigures(cfg soakConfig) []soakFigure {
 			return fmt.Sprintf("create %.2f, status %.2f, update+patch %.2f, delete %.2f, tombstones %.2f, events %.2f; GETs %.2f",
 				w.Creates, w.StatusWrites, w.Updates+w.Patches, w.Deletes, w.Tombstones, w.Events, w.Reads)
 		}},
-		{"CPU cores: manager(s) / API server / etcd / load generator", func(r SoakResult) string {
+		{"CPU cores: manager(s) / API server / etcd / bench process (load generator, destination, watch, sampler; PostgreSQL not measured)", func(r SoakResult) string {
 			return fmt.Sprintf("%s / %.2f / %.2f / %.2f", list(r.Steady.ManagerCPU, "%.2f"), r.Steady.APIServerCPU, r.Steady.EtcdCPU, r.Steady.BenchCPU)
 		}},
 		{"CPU ms per action: manager(s) / API server / etcd", func(r SoakResult) string {
