@@ -87,7 +87,7 @@ verify: manifests generate fmt ## Fail when generated files or formatting are st
 chaos: controlplane build ## Run the long chaos run (SIGKILLs, two managers, toxiproxy faults); see docs/chaos.md.
 	KUBEBUILDER_ASSETS="$(ASSETS_DIR)" CHAOS_LONG=1 go test ./test/chaos/ -count=1 -timeout 60m -v -run TestChaos $(GO_TEST_FLAGS)
 
-# BENCH_TIMEOUT bounds one make bench; the soak (BENCH_PARTS=soak, docs/scale.md) needs about 35 minutes at its defaults.
+# BENCH_TIMEOUT bounds one make bench; the soak (BENCH_PARTS=soak, docs/scale.md) needs about 50 minutes at its defaults.
 BENCH_TIMEOUT ?= 90m
 
 .PHONY: bench

@@ -222,22 +222,7 @@ func sum(m map[string]float64, metric string, want ...string) float64 {
 }
 
 // rss reads VmRSS from /proc/<pid>/status, in bytes.
-func (p *proc) rss() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			if len(f) >= 2 {
-				kb, _ := strconv.ParseFloat(f[1], 64)
-				return kb * 1024
-			}
-		}
-	}
-	return 0
-}
+func (p *proc) rss() float64 { return rssOf(p.cmd.Process.Pid) }
 
 // Memory is the manager's memory at one moment, in bytes.
 type Memory struct {

@@ -40,15 +40,15 @@ type SoakResult struct {
 	ManagerSucceeded []float64 `json:"managerSucceeded"`
 	// StoredPerLiveAction is etcd's key + value bytes per ExternalAction at the end; DBPerStored is the etcd
 	// database after a compaction and defragmentation at the end over all stored bytes (bbolt's overhead).
-	StoredPerLiveAction float64      `json:"etcdBytesPerLiveAction"`
-	DBPerStored         float64      `json:"etcdDBBytesPerStoredByte"`
-	PG                  *PGSizes     `json:"pg,omitempty"`
+	StoredPerLiveAction float64  `json:"etcdBytesPerLiveAction"`
+	DBPerStored         float64  `json:"etcdDBBytesPerStoredByte"`
+	PG                  *PGSizes `json:"pg,omitempty"`
 	// APIPerAction are the API server's requests per action that succeeded over the steady window, by kind
 	// (apiserver_request_total: writes of every resource, GETs of single objects).
-	APIPerAction *Writes `json:"apiRequestsPerAction,omitempty"`
-	Steady              SoakSteady   `json:"steady"`
-	Derived             SoakDerived  `json:"derived"`
-	Samples             []SoakSample `json:"samples"`
+	APIPerAction *Writes      `json:"apiRequestsPerAction,omitempty"`
+	Steady       SoakSteady   `json:"steady"`
+	Derived      SoakDerived  `json:"derived"`
+	Samples      []SoakSample `json:"samples"`
 }
 
 // SoakSteady are the figures over the steady window: the samples whose whole period lies between
