@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,36 +57,14 @@ type scaleConfig struct {
 func scaleConfigFromEnv(getenv func(string) string) (scaleConfig, error) {
 	c := scaleConfig{Rate: 20, TTL: 20 * time.Second, TombstoneTTL: 60 * time.Second,
 		Sample: 10 * time.Second, Stores: []string{"objects", "postgres"}}
-	num := func(k string, def float64) (float64, error) {
-		v := strings.TrimSpace(getenv(k))
-		if v == "" {
-			return def, nil
-		}
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-			return 0, fmt.Errorf("%s=%q: want a number > 0", k, v)
-		}
-		return f, nil
-	}
-	secs := func(k string, def time.Duration) (time.Duration, error) {
-		f, err := num(k, def.Seconds())
-		return time.Duration(f * float64(time.Second)), err
-	}
-	var err error
-	if c.Rate, err = num("BENCH_SCALE_RATE", c.Rate); err != nil {
-		return c, err
-	}
-	if c.TTL, err = secs("BENCH_SCALE_TTL", c.TTL); err != nil {
-		return c, err
-	}
-	if c.TombstoneTTL, err = secs("BENCH_SCALE_TOMBSTONE_TTL", c.TombstoneTTL); err != nil {
-		return c, err
-	}
-	if c.Duration, err = secs("BENCH_SCALE_DURATION", c.Duration); err != nil {
-		return c, err
-	}
-	if c.Sample, err = secs("BENCH_SCALE_SAMPLE", c.Sample); err != nil {
-		return c, err
+	r := knobReader{getenv: getenv}
+	c.Rate = r.num("BENCH_SCALE_RATE", c.Rate, false)
+	c.TTL = r.secs("BENCH_SCALE_TTL", c.TTL, false)
+	c.TombstoneTTL = r.secs("BENCH_SCALE_TOMBSTONE_TTL", c.TombstoneTTL, false)
+	c.Duration = r.secs("BENCH_SCALE_DURATION", c.Duration, false)
+	c.Sample = r.secs("BENCH_SCALE_SAMPLE", c.Sample, false)
+	if r.err != nil {
+		return c, r.err
 	}
 	if v := strings.TrimSpace(getenv("BENCH_SCALE_STORES")); v != "" {
 		c.Stores = nil

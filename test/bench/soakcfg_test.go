@@ -117,7 +117,7 @@ func soakConfigFromEnv(getenv func(string) string, full bool) (soakConfig, error
 	return c, nil
 }
 
-// knobReader parses numeric knobs and keeps the first error.
+// knobReader parses numeric knobs and keeps the first error (the soak's and the scale part's knobs).
 type knobReader struct {
 	getenv func(string) string
 	err    error
