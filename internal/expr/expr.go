@@ -26,8 +26,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,21 +87,42 @@ type Program struct {
 func (p *Program) Source() string { return p.src }
 
 var env = sync.OnceValues(func() (*cel.Env, error) {
-	return cel.NewEnv(
+	base, err := cel.NewEnv(
 		cel.Variable(VarResponse, cel.MapType(cel.StringType, cel.DynType)),
 		cel.OptionalTypes(),
 		ext.Strings(),
 		cel.CrossTypeNumericComparisons(true),
 	)
+	if err != nil {
+		return nil, err
+	}
+	guards, err := guardedOverloads(base)
+	if err != nil {
+		return nil, err
+	}
+	return base.Extend(append(guards, costEnvOptions()...)...)
 })
 
+// programOptions are the options of every program: the cost model charged at evaluation (CallCost) under
+// CostLimit.
+func programOptions(sizes Sizes) []cel.ProgramOption {
+	return []cel.ProgramOption{
+		cel.CostTracking(&estimator{sizes: sizes}),
+		cel.CostTrackerOptions(costTrackerOptions()...),
+		cel.CostLimit(CostLimit),
+		cel.InterruptCheckFrequency(interruptCheckFrequency),
+	}
+}
+
 // Compile parses and type-checks src, which must be a boolean expression
-// (or dyn, checked at evaluation time). Errors are meant for users: syntax
+// (or dyn, checked at evaluation time), over a response of PredicateSizes. Errors are meant for users: syntax
 // and type errors carry the CEL message with line:column, e.g.
 //
 //	ERROR: <input>:1:21: Syntax error: mismatched input ...
+//
+// and an expression whose estimated cost over PredicateSizes exceeds CostLimit is refused (ErrTooExpensive).
 func Compile(src string) (*Program, error) {
-	e, ast, err := parse(src)
+	e, ast, err := parse(src, PredicateSizes)
 	if err != nil {
 		return nil, err
 	}
@@ -108,10 +131,7 @@ func Compile(src string) (*Program, error) {
 	default:
 		return nil, fmt.Errorf("expression must be a boolean expression, got %s", t)
 	}
-	prg, err := e.Program(ast,
-		cel.CostLimit(CostLimit),
-		cel.InterruptCheckFrequency(interruptCheckFrequency),
-	)
+	prg, err := e.Program(ast, programOptions(PredicateSizes)...)
 	if err != nil {
 		return nil, fmt.Errorf("invalid expression: %w", err)
 	}
@@ -136,7 +156,12 @@ func (p *Program) EvalContext(ctx context.Context, r Response) (ok bool, err err
 			ok, err = false, &EvalError{Kind: "internal error"}
 		}
 	}()
-	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r)})
+	release, err := acquire(ctx)
+	if err != nil {
+		return false, evalError(err)
+	}
+	defer release()
+	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r, PredicateSizes)})
 	if err != nil {
 		return false, evalError(err)
 	}
@@ -148,23 +173,56 @@ func (p *Program) EvalContext(ctx context.Context, r Response) (ok bool, err err
 }
 
 // activation returns the value of the response variable for r: a map with
-// statusCode, headers and body.
-func activation(r Response) map[string]any {
-	headers := make(map[string]string, len(r.Header))
-	for k, vs := range r.Header {
-		k = strings.ToLower(k)
-		v := strings.Join(vs, ", ")
-		if prev, dup := headers[k]; dup {
-			// Non-canonical keys that differ only by case: merge them.
-			v = prev + ", " + v
-		}
-		headers[k] = v
+// statusCode, headers and body, within sizes: the body cut to sizes.BodyBytes (a cut JSON body is then a
+// string), the headers bounded as headerMap says.
+func activation(r Response, sizes Sizes) map[string]any {
+	body := r.Body
+	if len(body) > sizes.BodyBytes {
+		body = []byte(cutUTF8(string(body), sizes.BodyBytes))
 	}
 	return map[string]any{
 		"statusCode": int64(r.StatusCode),
-		"headers":    headers,
-		"body":       parseBody(r.Body),
+		"headers":    headerMap(r.Header),
+		"body":       parseBody(body),
 	}
+}
+
+// headerMap is h as CEL sees it: names lower-cased (names that differ only by case merged), the values of one
+// name joined with ", "; the first maxHeaders names in sorted order, each value cut to maxHeaderValueBytes,
+// names longer than maxHeaderNameBytes left out.
+func headerMap(h http.Header) map[string]string {
+	merged := make(map[string]string, len(h))
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		if len(k) > maxHeaderNameBytes {
+			continue
+		}
+		lk := strings.ToLower(k)
+		v := strings.Join(h[k], ", ")
+		if prev, dup := merged[lk]; dup {
+			// Non-canonical keys that differ only by case: merge them.
+			v = prev + ", " + v
+		}
+		merged[lk] = v
+	}
+	headers := make(map[string]string, min(len(merged), maxHeaders))
+	for _, k := range slices.Sorted(maps.Keys(merged)) {
+		if len(headers) == maxHeaders {
+			break
+		}
+		headers[k] = cutUTF8(merged[k], maxHeaderValueBytes)
+	}
+	return headers
+}
+
+// cutUTF8 returns at most n bytes of s, cut on a UTF-8 boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // parseBody returns the JSON value of b, or b as a string when b is not a
@@ -225,13 +283,14 @@ type ValueProgram struct {
 func (p *ValueProgram) Source() string { return p.src }
 
 // CompileValue parses and type-checks src, an expression of any type over the same response variable as
-// Compile. Errors are meant for users, as Compile's are.
+// Compile, over a response of ValueSizes. Errors are meant for users, as Compile's are (an expression too
+// expensive over ValueSizes is refused, ErrTooExpensive).
 func CompileValue(src string) (*ValueProgram, error) {
-	e, ast, err := parse(src)
+	e, ast, err := parse(src, ValueSizes)
 	if err != nil {
 		return nil, err
 	}
-	prg, err := e.Program(ast, cel.CostLimit(CostLimit), cel.InterruptCheckFrequency(interruptCheckFrequency))
+	prg, err := e.Program(ast, programOptions(ValueSizes)...)
 	if err != nil {
 		return nil, fmt.Errorf("invalid expression: %w", err)
 	}
@@ -249,7 +308,12 @@ func (p *ValueProgram) EvalString(ctx context.Context, r Response) (s string, er
 			s, err = "", &EvalError{Kind: "internal error"}
 		}
 	}()
-	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r)})
+	release, err := acquire(ctx)
+	if err != nil {
+		return "", evalError(err)
+	}
+	defer release()
+	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r, ValueSizes)})
 	if err != nil {
 		return "", evalError(err)
 	}
@@ -339,9 +403,10 @@ func DefaultSuccess(code int) bool {
 	return code >= 200 && code <= 299
 }
 
-// parse checks src's size and compiles it (parse and type-check) in the shared environment; errors are
-// meant for users (an empty or too long expression, or the CEL message with line:column).
-func parse(src string) (*cel.Env, *cel.Ast, error) {
+// parse checks src's size, compiles it (parse and type-check) in the shared environment and checks its
+// estimated cost over sizes; errors are meant for users (an empty or too long expression, the CEL message with
+// line:column, or ErrTooExpensive).
+func parse(src string, sizes Sizes) (*cel.Env, *cel.Ast, error) {
 	if strings.TrimSpace(src) == "" {
 		return nil, nil, errors.New("expression is empty")
 	}
@@ -355,6 +420,9 @@ func parse(src string) (*cel.Env, *cel.Ast, error) {
 	ast, iss := e.Compile(src)
 	if iss.Err() != nil {
 		return nil, nil, fmt.Errorf("invalid expression: %w", iss.Err())
+	}
+	if err := checkCost(e, ast, sizes); err != nil {
+		return nil, nil, err
 	}
 	return e, ast, nil
 }
