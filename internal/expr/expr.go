@@ -297,6 +297,10 @@ func CompileValue(src string) (*ValueProgram, error) {
 	return &ValueProgram{src: src, prg: prg}, nil
 }
 
+// MaxValueBytes caps the text of an output value, in bytes: a larger value is the cost limit error, found
+// before the value is written out as text.
+const MaxValueBytes = maxStringBytes
+
 // EvalString evaluates the expression on r and returns its value as text: a string as it is, bytes as they
 // are, a number or boolean in its JSON form (3, 1.5, true), and a list or map as JSON (RFC 8259). A null
 // result, a runtime error (a missing key, the cost limit, EvalTimeout or ctx ending) is an error.
@@ -319,11 +323,15 @@ func (p *ValueProgram) EvalString(ctx context.Context, r Response) (s string, er
 	}
 	switch v := out.(type) {
 	case types.String:
-		return string(v), nil
+		return string(v), checkValueSize(len(v))
 	case types.Bytes:
-		return string(v), nil
+		return string(v), checkValueSize(len(v))
 	case types.Null:
 		return "", errors.New("expression evaluated to null")
+	}
+	if valueBound(out, MaxValueBytes) > MaxValueBytes {
+		// Checked before it is written out: a list may hold one long string many times over.
+		return "", &EvalError{Kind: kindCostLimit}
 	}
 	native, err := out.ConvertToNative(reflect.TypeFor[*structpb.Value]())
 	if err != nil {
@@ -345,6 +353,14 @@ func (p *ValueProgram) EvalString(ctx context.Context, r Response) (s string, er
 		return "", fmt.Errorf("encoding the expression value as JSON: %w", err)
 	}
 	return buf.String(), nil
+}
+
+// checkValueSize is the cost limit error for a value of n bytes over MaxValueBytes.
+func checkValueSize(n int) error {
+	if n > MaxValueBytes {
+		return &EvalError{Kind: kindCostLimit}
+	}
+	return nil
 }
 
 // EvalError is a runtime error of an expression. Its text names the kind of failure only ("no such key",

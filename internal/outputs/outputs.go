@@ -148,6 +148,10 @@ func (mgr *Manager) Check(xa *actionsv1alpha1.ExternalAction) error {
 // outputEvalBudget bounds the evaluation of all the expressions of one action's outputs.
 const outputEvalBudget = 2 * time.Second
 
+// MaxHeldBytes caps the values of one action's outputs together, in bytes, before they are held: the size
+// limit of a Secret or ConfigMap (1 MiB), which the API server would refuse anyway after the send.
+const MaxHeldBytes = 1 << 20
+
 // Hold evaluates spec.outputs.values on view, the redacted view of the successful response, and holds the
 // result in memory until Settle writes it. The expressions see the body as kept (up to
 // MaxOutputResponseBytes) and the headers, with the destination's Secret values replaced by Redacted in every
@@ -161,10 +165,18 @@ func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 	ctx, cancel := context.WithTimeout(ctx, outputEvalBudget)
 	defer cancel()
 	values := make(map[string]string, len(xa.Spec.Outputs.Values))
+	held := 0
 	for _, k := range slices.Sorted(maps.Keys(xa.Spec.Outputs.Values)) {
 		p, err := mgr.Exprs.GetValue(string(xa.Spec.Outputs.Values[k]))
+		var v string
 		if err == nil {
-			values[k], err = p.EvalString(ctx, in)
+			v, err = p.EvalString(ctx, in)
+		}
+		if held += len(k) + len(v); err == nil && held > MaxHeldBytes {
+			err = fmt.Errorf("the values come to more than %d bytes, the size limit of a %s", MaxHeldBytes, kindOf(xa))
+		}
+		if err == nil {
+			values[k] = v
 		}
 		if err != nil {
 			if view.BodyTruncated {
@@ -176,6 +188,12 @@ func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 		}
 	}
 	h.values = values
+}
+
+// kindOf is the kind of xa's output object.
+func kindOf(xa *actionsv1alpha1.ExternalAction) string {
+	kind, _ := outputTarget(xa)
+	return kind
 }
 
 // heldFor returns the outputs held for xa (the same UID), or nil.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -101,14 +102,21 @@ func TestEchoedSecretFormsRedactedInStatusOutputsAndSuccessWhen(t *testing.T) {
 					SuccessWhen: tc.read + " == " + strconv.Quote(tc.leak),
 					Outputs: &actionsv1alpha1.ActionOutputs{SecretName: "out",
 						Values: map[string]actionsv1alpha1.OutputExpression{"echo": actionsv1alpha1.OutputExpression(tc.read)}}}}
-			theReaders.hold(mgr, xa, resp, red)
-			h := mgr.heldFor(xa)
-			if h == nil || h.err != nil {
-				t.Fatalf("held %+v", h)
-			}
-			if v := h.values["echo"]; !strings.Contains(v, redact.Redacted) || strings.Contains(v, tc.leak) ||
-				strings.Contains(v, echoSecret) {
-				t.Errorf("output echo = %q, want the credential redacted", v)
+			if _, err := exprs.GetValue(tc.read); errors.Is(err, expr.ErrTooExpensive) {
+				// Iterating the whole body (a JSON key) is over the cost budget of an output value, whose body
+				// may be 256 KiB (docs/security.md): refused before anything is sent, so no output can carry
+				// it. successWhen (a 4 KiB body) still reads it below.
+				t.Logf("output %s refused: %v", tc.read, err)
+			} else {
+				theReaders.hold(mgr, xa, resp, red)
+				h := mgr.heldFor(xa)
+				if h == nil || h.err != nil {
+					t.Fatalf("held %+v", h)
+				}
+				if v := h.values["echo"]; !strings.Contains(v, redact.Redacted) || strings.Contains(v, tc.leak) ||
+					strings.Contains(v, echoSecret) {
+					t.Errorf("output echo = %q, want the credential redacted", v)
+				}
 			}
 
 			ok, err := theReaders.successWhen(exprs, xa, resp, red)
