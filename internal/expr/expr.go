@@ -67,6 +67,12 @@ const (
 	interruptCheckFrequency = 100
 )
 
+// Fields of the response variable.
+const (
+	fieldHeaders = "headers"
+	fieldBody    = "body"
+)
+
 // Response is the input of a predicate.
 type Response struct {
 	// StatusCode is the HTTP status code.
@@ -182,8 +188,8 @@ func activation(r Response, sizes Sizes) map[string]any {
 	}
 	return map[string]any{
 		"statusCode": int64(r.StatusCode),
-		"headers":    headerMap(r.Header),
-		"body":       parseBody(body),
+		fieldHeaders: headerMap(r.Header),
+		fieldBody:    parseBody(body),
 	}
 }
 
