@@ -47,9 +47,10 @@ const (
 	// VarResponse is the name of the variable holding the response.
 	VarResponse = "response"
 
-	// CostLimit is the maximum runtime cost of one evaluation, in CEL cost
-	// units (roughly one unit per elementary operation). It matches the
-	// per-expression limit used by Kubernetes.
+	// CostLimit is the budget of one expression, in cost units (cost.go: one
+	// per step, plus one per byte a call allocates): refused at compile when
+	// its estimate over the declared sizes is larger, stopped at evaluation
+	// when it passes it. It matches the per-expression limit Kubernetes uses.
 	CostLimit = 1_000_000
 
 	// EvalTimeout bounds the wall-clock time of one evaluation. It backs up
