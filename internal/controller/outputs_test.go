@@ -415,3 +415,39 @@ func TestOutputsAfterDecisionApplied(t *testing.T) {
 		return secretAbsent(t, ns, "unsure-out") && srv.Requests(ns+"/unsure") == 1
 	})
 }
+
+// bomb is the expression of the tenancy issue's first row (shared/cases C15): seventeen map steps that each
+// double a string, 4 KB doubled to 512 MiB, over a list of one element.
+func bomb(seed string, steps int) string {
+	return "[" + seed + "]" + strings.Repeat(".map(x, x + x)", steps) + "[0].size() > 0"
+}
+
+// An expression whose cost over the declared response sizes exceeds the budget (the expression bomb of one
+// tenant that would otherwise OOM the manager every tenant shares) is refused before anything is sent: the
+// action ends Failed, Stalled InvalidSpec naming the field and "too expensive", zero requests, and the manager
+// goes on serving another action.
+func TestExpressionBombRefusedBeforeSend(t *testing.T) {
+	ns := env.Namespace(t)
+	srv, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.CreateDestination(t, ns, "shop", url, nil)
+	env.StartManager(t, app.Options{})
+
+	when := envtestutil.Action(ns, "bomb-when", "shop", "/orders", `{"sku":"a"}`)
+	when.Spec.SuccessWhen = bomb("response.body.s", 17)
+	env.Create(t, when)
+	env.Create(t, outputAction(ns, "bomb-out", "shop", "bo-out", false, map[string]actionsv1alpha1.OutputExpression{
+		"v": actionsv1alpha1.OutputExpression(strings.TrimSuffix(bomb("response.body.s", 9), ".size() > 0"))}))
+	env.Create(t, envtestutil.Action(ns, "ordinary", "shop", "/orders", `{"sku":"b"}`))
+
+	for name, field := range map[string]string{"bomb-when": "spec.successWhen", "bomb-out": `spec.outputs.values["v"]`} {
+		xa := env.WaitPhase(t, ns, name, actionsv1alpha1.PhaseFailed, 20*time.Second)
+		s := condition(xa, actionsv1alpha1.ConditionStalled)
+		if s.Reason != actionsv1alpha1.ReasonInvalidSpec || !strings.Contains(s.Message, field) || !strings.Contains(s.Message, "too expensive") {
+			t.Errorf("%s: Stalled = %+v, want InvalidSpec naming %s and 'too expensive'", name, s, field)
+		}
+	}
+	env.WaitPhase(t, ns, "ordinary", actionsv1alpha1.PhaseSucceeded, 20*time.Second)
+	envtestutil.Consistently(t, 2*time.Second, envtestutil.Say("no request for either bomb"), func() bool {
+		return srv.Requests(ns+"/bomb-when") == 0 && srv.Requests(ns+"/bomb-out") == 0
+	})
+}
