@@ -79,6 +79,29 @@ test-unit: ## Run only the pure unit tests (no control plane).
 controlplane: ## Build etcd, kube-apiserver and kubectl from Go modules into bin/k8s (skipped when present).
 	@hack/build-controlplane.sh >/dev/null
 
+.PHONY: cluster-binaries
+cluster-binaries: ## Build kubelet, kube-controller-manager and kube-scheduler too (CLUSTER=1) into bin/k8s (skipped when present).
+	@CLUSTER=1 hack/build-controlplane.sh >/dev/null
+
+.PHONY: test-cluster
+test-cluster: ## Run the real-cluster suite (test/cluster): a single-node cluster on 127.0.0.1, workloads as pods (root; containerd, runc, CNI plugins).
+	@hack/cluster/up.sh --check
+	@$(MAKE) --no-print-directory cluster-binaries
+	ACTIONLEDGER_CLUSTER=1 KUBE_ASSETS="$(ASSETS_DIR)" go test ./test/cluster/ -count=1 -v -timeout 30m $(GO_TEST_FLAGS)
+
+# CLUSTER_DIR is the state dir of cluster-up/cluster-down (everything of that cluster lives in it).
+CLUSTER_DIR ?= /tmp/actionledger-cluster
+
+.PHONY: cluster-up
+cluster-up: ## Start the single-node cluster in CLUSTER_DIR; then export KUBECONFIG=$(CLUSTER_DIR)/admin.kubeconfig.
+	@hack/cluster/up.sh --check
+	@$(MAKE) --no-print-directory cluster-binaries
+	KUBE_ASSETS="$(ASSETS_DIR)" hack/cluster/up.sh "$(CLUSTER_DIR)"
+
+.PHONY: cluster-down
+cluster-down: ## Stop the cluster of cluster-up and remove what it created.
+	hack/cluster/down.sh "$(CLUSTER_DIR)"
+
 .PHONY: verify
 verify: manifests generate fmt ## Fail when generated files or formatting are stale.
 	@git diff --exit-code -- api config internal cmd test || { echo "generated files are stale: run 'make manifests generate fmt' and commit"; exit 1; }

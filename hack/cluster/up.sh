@@ -13,7 +13,7 @@
 # failure it prints the tail of each log to stderr, runs down.sh (unless KEEP_ON_FAILURE=1) and
 # exits non-zero.
 #
-# What it needs: root; containerd 1.6+, runc and the CNI plugins (Debian: apt-get install -y
+# `up.sh --check` only checks the prerequisites (exit 0 when all are there). What it needs: root; containerd 1.6+, runc and the CNI plugins (Debian: apt-get install -y
 # containerd runc containernetworking-plugins); openssl, unshare, nsenter, ss; the Kubernetes
 # binaries of hack/build-controlplane.sh (CLUSTER=1, built here when missing); the pause image of
 # hack/cluster/pause-image.sh (built here when missing).
@@ -47,10 +47,13 @@ root=$(cd "${here}/../.." && pwd)
 # shellcheck source=lib.sh
 source "${here}/lib.sh"
 
-[[ $# -eq 1 ]] || die "usage: up.sh <statedir>"
-S=$1
-[[ $(id -u) -eq 0 ]] || die "must run as root (containerd, the kubelet, mount namespaces and cgroups need it); run with sudo"
+[[ $# -eq 1 ]] || die "usage: up.sh <statedir> | up.sh --check"
 check_prerequisites
+[[ $(id -u) -eq 0 ]] || die "must run as root (containerd, the kubelet, mount namespaces and cgroups need it); run with sudo"
+if [[ "$1" == --check ]]; then
+  exit 0
+fi
+S=$1
 
 if [[ -e "${S}" ]] && [[ -n "$(ls -A "${S}")" ]]; then
   die "state dir ${S} exists and is not empty; give a new or empty directory"
