@@ -252,8 +252,8 @@ EOF
 
 # write_containerd_config <statedir> <sandbox image>: containerd 1.6, everything under
 # <statedir>/containerd. restrict_oom_score_adj: runc cannot raise oom_score_adj without
-# CAP_SYS_RESOURCE; io.containerd.runtime.v1.linux stays enabled (the CRI plugin needs it in 1.6);
-# the registry config sends docker.io to a dead loopback address (no pull ever leaves the machine).
+# CAP_SYS_RESOURCE; io.containerd.runtime.v1.linux stays enabled (the CRI plugin needs it in 1.6).
+# up.sh runs containerd with HTTP(S)_PROXY set to a closed loopback port: that keeps pulls local.
 write_containerd_config() {
   local dir=$1 image=$2 c
   c="${dir}/containerd"
@@ -301,12 +301,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       bin_dir = "${CNI_BIN_DIR}"
       conf_dir = "${dir}/cni/net.d"
       max_conf_num = 1
-    [plugins."io.containerd.grpc.v1.cri".registry]
-      config_path = "${dir}/registry"
 EOF
-  mkdir -p "${dir}/registry/docker.io" "${dir}/registry/_default"
-  printf 'server = "http://127.0.0.1:9"\n' >"${dir}/registry/docker.io/hosts.toml"
-  printf 'server = "http://127.0.0.1:9"\n' >"${dir}/registry/_default/hosts.toml"
 }
 
 # write_cni_conflist <dir>: a network of the loopback plugin only. It makes the runtime's network

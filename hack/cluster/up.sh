@@ -25,8 +25,9 @@
 #   - the Service range is 127.0.100.0/24: a client that follows the kubernetes Service's
 #     ClusterIP stays on loopback (nothing listens there: set KUBERNETES_SERVICE_HOST=127.0.0.1 and
 #     KUBERNETES_SERVICE_PORT=<APISERVER_PORT> in pods that talk to the API server);
-#   - containerd runs with HTTP(S)_PROXY=http://127.0.0.1:9 and a hosts.toml that sends docker.io
-#     to the same dead address: an image pull can never leave the machine (images are imported);
+#   - containerd runs with HTTP_PROXY and HTTPS_PROXY=http://127.0.0.1:9, a closed port: an image
+#     pull, from any registry, fails with "proxyconnect tcp: dial tcp 127.0.0.1:9: connection
+#     refused" without resolving the registry's name (images are imported, never pulled);
 #   - containerd and the kubelet run in their own mount namespace (unshare --mount, private
 #     propagation): there, files holding the host's values are bind-mounted over the six
 #     /proc/sys entries the kubelet rewrites, so no host sysctl changes, and every mount they make
@@ -64,7 +65,7 @@ if ((${#S} > 60)); then
   die "state dir path ${S} is too long for unix socket paths (keep it under 60 characters)"
 fi
 touch "${S}/${MARKER}"
-mkdir -p "${S}"/{pids,logs,pki,etcd,kubelet,kubelet-pki,pod-logs,kubelet-volume-plugins,kcm-flex,kcm-certs,cni/net.d,sysctl,host,registry/docker.io}
+mkdir -p "${S}"/{pids,logs,pki,etcd,kubelet,kubelet-pki,pod-logs,kubelet-volume-plugins,kcm-flex,kcm-certs,cni/net.d,sysctl,host}
 mkdir -p "${S}/containerd"/{root,state,runc,opt}
 start_time=$(date +%s.%N)
 

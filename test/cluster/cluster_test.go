@@ -107,8 +107,8 @@ func pauseDeployment(image string) *appsv1.Deployment {
 					Containers: []corev1.Container{{
 						Name: "pause", Image: image, ImagePullPolicy: corev1.PullNever,
 						SecurityContext: &corev1.SecurityContext{
-							RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
-							ReadOnlyRootFilesystem: ptr.To(true),
+							RunAsNonRoot: new(true), AllowPrivilegeEscalation: new(false),
+							ReadOnlyRootFilesystem: new(true),
 							Capabilities:           &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 							SeccompProfile:         &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 						},

@@ -108,7 +108,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		}
 	}
 	var stdout, stderr strings.Builder
-	cmd := exec.CommandContext(ctx, filepath.Join(RepoRoot(), "hack", "cluster", "up.sh"), dir)
+	cmd := exec.CommandContext(ctx, script("up.sh"), dir) //nolint:gosec // the repository's own script
 	cmd.Env = append(os.Environ(), o.Env...)
 	cmd.Stdout = &stdout
 	cmd.Stderr = io.MultiWriter(out, &stderr)
@@ -128,9 +128,12 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	return c, nil
 }
 
+// script returns the path of a script of hack/cluster.
+func script(name string) string { return filepath.Join(RepoRoot(), "hack", "cluster", name) }
+
 // load reads cluster.env and builds the clients.
 func load(envFile string) (*Cluster, error) {
-	data, err := os.ReadFile(envFile)
+	data, err := os.ReadFile(envFile) //nolint:gosec // the file up.sh named
 	if err != nil {
 		return nil, fmt.Errorf("reading the cluster's env file: %w", err)
 	}
@@ -163,9 +166,10 @@ func load(envFile string) (*Cluster, error) {
 // startWatcher starts a detached shell that waits for this process to exit and then runs
 // down.sh on dir, unless Stop killed it first.
 func startWatcher(dir string) (*os.Process, error) {
-	const script = `while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec "$2" "$3"`
-	cmd := exec.Command("bash", "-c", script, "clusterenv-watch", strconv.Itoa(os.Getpid()),
-		filepath.Join(RepoRoot(), "hack", "cluster", "down.sh"), dir)
+	const watch = `while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec "$2" "$3"`
+	// Not bound to a context: it must outlive this process.
+	args := []string{"-c", watch, "watch", strconv.Itoa(os.Getpid()), script("down.sh"), dir}
+	cmd := exec.CommandContext(context.Background(), "bash", args...) //nolint:gosec // our own script
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the cluster's watcher: %w", err)
@@ -191,7 +195,7 @@ func stopDir(dir string, out io.Writer) error {
 	if out == nil {
 		out = os.Stderr
 	}
-	cmd := exec.Command(filepath.Join(RepoRoot(), "hack", "cluster", "down.sh"), dir)
+	cmd := exec.CommandContext(context.Background(), script("down.sh"), dir) //nolint:gosec // the repository's own script
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("stopping the cluster (hack/cluster/down.sh %s): %w", dir, err)
@@ -204,7 +208,7 @@ func (c *Cluster) LogTails(n int) string {
 	files, _ := filepath.Glob(filepath.Join(c.StateDir, "logs", "*.log"))
 	var b strings.Builder
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := os.ReadFile(f) //nolint:gosec // the cluster's own logs
 		if err != nil {
 			continue
 		}
@@ -230,8 +234,8 @@ func (c *Cluster) KeepLogs() (string, error) {
 func upMessages(stderr string) string {
 	var msgs []string
 	for line := range strings.SplitSeq(stderr, "\n") {
-		if strings.HasPrefix(line, "cluster: ") {
-			msgs = append(msgs, strings.TrimPrefix(line, "cluster: "))
+		if msg, ok := strings.CutPrefix(line, "cluster: "); ok {
+			msgs = append(msgs, msg)
 		}
 	}
 	return strings.Join(msgs, "; ")
@@ -241,8 +245,9 @@ func upMessages(stderr string) string {
 // into the node's containerd, where the kubelet finds it (pods use imagePullPolicy Never or
 // IfNotPresent with a tag that is not latest).
 func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
-	out, err := exec.CommandContext(ctx, "ctr", "--address", c.ContainerdAddress, "-n", "k8s.io",
-		"images", "import", tarball).CombinedOutput()
+	args := []string{"--address", c.ContainerdAddress, "-n", "k8s.io", "images", "import", tarball}
+	cmd := exec.CommandContext(ctx, "ctr", args...) //nolint:gosec // a test's own tarball
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("importing %s into the cluster's containerd: %w: %s", tarball, err, out)
 	}

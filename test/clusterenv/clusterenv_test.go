@@ -43,7 +43,7 @@ func TestStartFailsWhenNotRoot(t *testing.T) {
 		t.Skip("running as root and setpriv is missing: cannot drop privileges to test the non-root message")
 	}
 	dir := filepath.Join(os.TempDir(), "alc-nonroot-test-does-not-exist")
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
+	cmd := exec.CommandContext(t.Context(), setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
 		filepath.Join(RepoRoot(), "hack", "cluster", "up.sh"), dir)
 	out, err := cmd.CombinedOutput()
 	if err == nil {
