@@ -6,9 +6,10 @@
 MARKER=.actionledger-cluster
 # PAUSE_IMAGE_NAME is the sandbox image, built by pause-image.sh from test/cmd/pause.
 PAUSE_IMAGE_NAME=localhost/actionledger/pause:1.0
-# HARDCODED_HOST_PATHS are directories containerd 1.6, its shims and the kubelet use whatever their flags
-# say (/var/lib/kubelet/device-plugins, the container log links, /run/containerd/{s,fifo,runc}).
-HARDCODED_HOST_PATHS=(/var/lib/kubelet /var/log/containers /run/containerd)
+# HARDCODED_HOST_PATHS are directories containerd 1.6, its shims, the CNI library and the kubelet use
+# whatever their flags say (/var/lib/kubelet/device-plugins, the container log links,
+# /run/containerd/{s,fifo,runc}, libcni's result cache /var/lib/cni/results).
+HARDCODED_HOST_PATHS=(/var/lib/kubelet /var/log/containers /run/containerd /var/lib/cni)
 # SYSCTLS are the /proc/sys entries the kubelet rewrites (setupKernelTunables in
 # pkg/kubelet/cm/container_manager_linux.go); node-ns.sh hides them behind files.
 SYSCTLS=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes)

@@ -32,7 +32,8 @@
 #     propagation): there, files holding the host's values are bind-mounted over the six
 #     /proc/sys entries the kubelet rewrites, so no host sysctl changes, and every mount they make
 #     vanishes with the namespace when their last process exits;
-#   - host paths the programs hard-code (/var/lib/kubelet, /var/log/containers, /run/containerd)
+#   - host paths the programs hard-code (/var/lib/kubelet, /var/log/containers, /run/containerd,
+#     /var/lib/cni)
 #     get a directory of the state dir bind-mounted over them in that namespace,
 #     so nothing is written into them; those that did not exist are created and recorded in
 #     <statedir>/created-paths, and down.sh removes exactly those (rmdir: only when empty);
