@@ -4,6 +4,10 @@ ARG BASE_IMAGE=golang:1.26
 FROM ${BASE_IMAGE} AS builder
 ARG TARGETOS
 ARG TARGETARCH
+# VERSION and COMMIT go into the binary's start log and the image's labels (make docker-build passes them;
+# make image builds the same image without Docker, see README.md).
+ARG VERSION=devel
+ARG COMMIT=unknown
 
 WORKDIR /workspace
 # Copy the Go Modules manifests
@@ -21,11 +25,19 @@ COPY . .
 # was called. For example, if we call make docker-build in a local env which has the Apple Silicon M1 SO
 # the docker BUILDPLATFORM arg will be linux/arm64 when for Apple x86 it will be linux/amd64. Therefore,
 # by leaving it empty we can ensure that the container and binary shipped on it will have the same platform.
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -a -o manager cmd/main.go
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -a -trimpath -buildvcs=false \
+    -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o manager ./cmd
 
 # Use distroless as minimal base image to package the manager binary
 # Refer to https://github.com/GoogleContainerTools/distroless for more details
 FROM gcr.io/distroless/static:nonroot
+ARG VERSION=devel
+ARG COMMIT=unknown
+LABEL org.opencontainers.image.title=actionledger \
+      org.opencontainers.image.version=${VERSION} \
+      org.opencontainers.image.revision=${COMMIT} \
+      org.opencontainers.image.source=https://github.com/actionledger/actionledger \
+      org.opencontainers.image.licenses=Apache-2.0
 WORKDIR /
 COPY --from=builder /workspace/manager .
 USER 65532:65532

@@ -72,6 +72,7 @@ func runGateway(cfg *rest.Config, o gateway.RunOptions) int {
 		return 1
 	}
 	defer stopTracing()
+	o.Log.Info("Starting gateway", "version", version, "commit", commit)
 	if err := gateway.Run(ctrl.SetupSignalHandler(), cfg, o); err != nil {
 		o.Log.Error(err, "Gateway stopped")
 		return 1

@@ -197,7 +197,7 @@ func run() int {
 		setupLog.Error(err, "Failed to set up the manager")
 		return 1
 	}
-	setupLog.Info("Starting manager",
+	setupLog.Info("Starting manager", "version", version, "commit", commit,
 		"leaderElection", f.leaderElect, "qps", f.qps, "burst", f.burst, "concurrency", f.concurrency,
 		"maxInFlight", f.maxInFlight, "shutdownGrace", f.shutdownGrace, "watchLabelSelector", f.watchSelector,
 		"egressAllow", f.egress.Allow, "egressDeny", f.egress.Deny, "tombstoneStore", f.tombstoneStore)

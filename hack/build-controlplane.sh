@@ -6,7 +6,12 @@
 # byte here comes from the Go module proxy instead. The tools live in modules of their own
 # (hack/controlplane/kube, hack/controlplane/etcd) so the operator's go.mod stays small.
 #
-# Idempotent: when all three versioned binaries exist it prints their path and exits.
+# CLUSTER=1 also builds kubelet, kube-controller-manager and kube-scheduler (same module, same
+# flags) for the real single-node cluster of hack/cluster (make test-cluster); the default builds
+# only what envtest needs, so make test does not pay for them.
+#
+# Idempotent: when every wanted binary exists it prints their path and exits. Concurrent runs
+# serialize on a lock in the assets directory (flock), so a binary is never built twice at once.
 # Prints the assets directory (for KUBEBUILDER_ASSETS) as its last line on stdout.
 set -euo pipefail
 
@@ -19,15 +24,31 @@ assets="${root}/bin/k8s/${KUBE_VERSION#v}-${os}-${arch}"
 
 log() { echo "build-controlplane: $*" >&2; }
 
-if [[ -x "${assets}/kube-apiserver" && -x "${assets}/etcd" && -x "${assets}/kubectl" ]]; then
-  log "present: ${assets} (kube ${KUBE_VERSION}, etcd ${ETCD_VERSION}); skipping build"
+kube_cmds=(kube-apiserver kubectl)
+if [[ "${CLUSTER:-0}" == 1 ]]; then
+  kube_cmds+=(kube-scheduler kube-controller-manager kubelet)
+fi
+
+all_present() {
+  local cmd
+  for cmd in etcd "${kube_cmds[@]}"; do
+    [[ -x "${assets}/${cmd}" ]] || return 1
+  done
+}
+
+if all_present; then
+  log "present: ${assets} (kube ${KUBE_VERSION}, etcd ${ETCD_VERSION}: etcd ${kube_cmds[*]}); skipping build"
   echo "${assets}"
   exit 0
 fi
 
 mkdir -p "${assets}"
-tmp="${assets}/.tmp"
-mkdir -p "${tmp}"
+exec 9>"${assets}/.build.lock"
+if ! flock -n 9; then
+  log "another build holds ${assets}/.build.lock; waiting for it ..."
+  flock 9
+fi
+tmp=$(mktemp -d "${assets}/.tmp.XXXXXX")
 trap 'rm -rf "${tmp}"' EXIT
 
 major=$(echo "${KUBE_VERSION#v}" | cut -d. -f1)
@@ -45,11 +66,13 @@ if [[ ! -x "${assets}/etcd" ]]; then
   (cd "${root}/hack/controlplane/etcd" && go build -trimpath -ldflags "-s -w" -o "${tmp}/etcd" .)
   mv "${tmp}/etcd" "${assets}/etcd"
 fi
-for cmd in kube-apiserver kubectl; do
+for cmd in "${kube_cmds[@]}"; do
   if [[ ! -x "${assets}/${cmd}" ]]; then
     log "building ${cmd} ${KUBE_VERSION} (k8s.io/kubernetes, staging modules at v0.${minor}.${KUBE_VERSION##*.}) ..."
+    t0=$(date +%s)
     (cd "${root}/hack/controlplane/kube" && go build -trimpath -ldflags "-s -w ${kver}" -o "${tmp}/${cmd}" "k8s.io/kubernetes/cmd/${cmd}")
     mv "${tmp}/${cmd}" "${assets}/${cmd}"
+    log "built ${cmd} in $(( $(date +%s) - t0 ))s"
   fi
 done
 log "built in $(( $(date +%s) - start ))s: ${assets}"

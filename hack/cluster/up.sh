@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# up.sh <statedir> starts a real single-node Kubernetes cluster on this machine, on 127.0.0.1 only:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd and the kubelet, each a
+# process whose PID is kept in <statedir>/pids/. down.sh <statedir> stops them and removes
+# everything up.sh created. The state directory must not exist or be empty; up.sh creates it and
+# everything of the cluster lives in it (PKI, etcd data, containerd root and state, kubelet root,
+# logs), except what the programs hard-code (see "Host paths" below).
+#
+# On success it writes <statedir>/admin.kubeconfig (cluster-admin, a client certificate) and
+# <statedir>/cluster.env (KEY=value lines: APISERVER_URL, APISERVER_PORT, KUBECONFIG, NODE_NAME,
+# PAUSE_IMAGE, CONTAINERD_ADDRESS, CGROUP_ROOT, <COMPONENT>_PID ...) and prints the path of
+# cluster.env as its last line on stdout. Logs of every component are in <statedir>/logs/. On
+# failure it prints the tail of each log to stderr, runs down.sh (unless KEEP_ON_FAILURE=1) and
+# exits non-zero.
+#
+# `up.sh --check` only checks the prerequisites (exit 0 when all are there). What it needs: root; containerd 1.6+, runc and the CNI plugins (Debian: apt-get install -y
+# containerd runc containernetworking-plugins); openssl, unshare, nsenter, ss; the Kubernetes
+# binaries of hack/build-controlplane.sh (CLUSTER=1, built here when missing); the pause image of
+# hack/cluster/pause-image.sh (built here when missing).
+#
+# How it stays on this machine and leaves the host as it was:
+#   - every listener binds 127.0.0.1, on free ports picked at start; the node is named 127.0.0.1
+#     (--hostname-override), so its InternalIP is 127.0.0.1; pods must use hostNetwork: there is
+#     no pod network (a CNI conflist with only the loopback plugin makes the node Ready);
+#   - the Service range is 127.0.100.0/24: a client that follows the kubernetes Service's
+#     ClusterIP stays on loopback (nothing listens there: set KUBERNETES_SERVICE_HOST=127.0.0.1 and
+#     KUBERNETES_SERVICE_PORT=<APISERVER_PORT> in pods that talk to the API server);
+#   - containerd runs with HTTP_PROXY and HTTPS_PROXY=http://127.0.0.1:9, a closed port: an image
+#     pull, from any registry, fails with "proxyconnect tcp: dial tcp 127.0.0.1:9: connection
+#     refused" without resolving the registry's name (images are imported, never pulled);
+#   - containerd and the kubelet run in their own mount namespace (unshare --mount, private
+#     propagation): there, files holding the host's values are bind-mounted over the six
+#     /proc/sys entries the kubelet rewrites, so no host sysctl changes, and every mount they make
+#     vanishes with the namespace when their last process exits;
+#   - host paths the programs hard-code (/var/lib/kubelet, /var/log/containers, /run/containerd,
+#     /var/lib/cni)
+#     get a directory of the state dir bind-mounted over them in that namespace,
+#     so nothing is written into them; those that did not exist are created and recorded in
+#     <statedir>/created-paths, and down.sh removes exactly those (rmdir: only when empty);
+#   - pods' cgroups live under a cgroup root of their own (/actionledger-<statedir name>, created
+#     in every cgroup v1 hierarchy and removed by down.sh).
+#
+# Knobs (environment): KUBE_ASSETS (default bin/k8s/<ver>-linux-amd64), PAUSE_IMAGE_TAR (default:
+# built by pause-image.sh), READY_TIMEOUT (seconds, default 120), LOG_V (kubelet/KCM verbosity).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "${here}/../.." && pwd)
+# shellcheck source=lib.sh
+source "${here}/lib.sh"
+
+[[ $# -eq 1 ]] || die "usage: up.sh <statedir> | up.sh --check"
+check_prerequisites
+[[ $(id -u) -eq 0 ]] || die "must run as root (containerd, the kubelet, mount namespaces and cgroups need it); run with sudo"
+if [[ "$1" == --check ]]; then
+  exit 0
+fi
+S=$1
+
+if [[ -e "${S}" ]] && [[ -n "$(ls -A "${S}")" ]]; then
+  die "state dir ${S} exists and is not empty; give a new or empty directory"
+fi
+mkdir -p "${S}"
+S=$(cd "${S}" && pwd)
+if ((${#S} > 60)); then
+  die "state dir path ${S} is too long for unix socket paths (keep it under 60 characters)"
+fi
+touch "${S}/${MARKER}"
+mkdir -p "${S}"/{pids,logs,pki,etcd,kubelet,kubelet-pki,pod-logs,kubelet-volume-plugins,kcm-flex,kcm-certs,cni/net.d,sysctl,host}
+mkdir -p "${S}/containerd"/{root,state,runc,opt}
+start_time=$(date +%s.%N)
+
+READY_TIMEOUT=${READY_TIMEOUT:-120}
+LOG_V=${LOG_V:-1}
+NODE_NAME=127.0.0.1
+
+on_exit() {
+  local rc=$?
+  trap - EXIT
+  ((rc != 0)) || return 0
+  log "failed (exit ${rc}); logs under ${S}/logs:"
+  print_log_tails "${S}" >&2
+  if [[ "${KEEP_ON_FAILURE:-0}" != 1 ]]; then
+    "${here}/down.sh" "${S}" >&2 || true
+  else
+    log "KEEP_ON_FAILURE=1: leaving the cluster as it is; stop it with ${here}/down.sh ${S}"
+  fi
+  exit "${rc}"
+}
+trap on_exit EXIT
+
+# --- binaries and images -------------------------------------------------------------------
+assets=${KUBE_ASSETS:-$(CLUSTER=1 "${root}/hack/build-controlplane.sh")}
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+  [[ -x "${assets}/${b}" ]] || die "${assets}/${b} is missing; run CLUSTER=1 hack/build-controlplane.sh"
+done
+pause_tar=${PAUSE_IMAGE_TAR:-$("${here}/pause-image.sh")}
+[[ -f "${pause_tar}" ]] || die "pause image ${pause_tar} is missing"
+kubectl=("${assets}/kubectl" --kubeconfig "${S}/admin.kubeconfig" --cache-dir "${S}/kubectl-cache")
+
+# --- record the host as it is --------------------------------------------------------------
+record_sysctls >"${S}/sysctl.before"
+cgroup_root="/actionledger-$(basename "${S}" | tr -c 'A-Za-z0-9_.\n-' '-')"
+echo "${cgroup_root}" >"${S}/cgroup-root"
+create_cgroup_root "${cgroup_root}"
+: >"${S}/created-paths"
+: >"${S}/host-paths"
+i=0
+for p in "${HARDCODED_HOST_PATHS[@]}"; do
+  mkdir_recorded "${p}" "${S}/created-paths"
+  mkdir -p "${S}/host/${i}"
+  echo "${p} ${S}/host/${i}" >>"${S}/host-paths"
+  i=$((i + 1))
+done
+
+# --- ports ---------------------------------------------------------------------------------
+ETCD_PORT=$(free_port)
+ETCD_PEER_PORT=$(free_port "${ETCD_PORT}")
+APISERVER_PORT=$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}")
+KCM_PORT=$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}")
+SCHEDULER_PORT=$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KCM_PORT}")
+KUBELET_PORT=$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KCM_PORT}" "${SCHEDULER_PORT}")
+KUBELET_HEALTHZ_PORT=$(free_port "${ETCD_PORT}" "${ETCD_PEER_PORT}" "${APISERVER_PORT}" "${KCM_PORT}" "${SCHEDULER_PORT}" "${KUBELET_PORT}")
+APISERVER_URL="https://127.0.0.1:${APISERVER_PORT}"
+
+# --- PKI -----------------------------------------------------------------------------------
+make_pki "${S}/pki" "${NODE_NAME}"
+write_kubeconfig "${S}/admin.kubeconfig" "${APISERVER_URL}" "${S}/pki" admin
+write_kubeconfig "${S}/kubelet.kubeconfig" "${APISERVER_URL}" "${S}/pki" kubelet
+write_kubeconfig "${S}/kcm.kubeconfig" "${APISERVER_URL}" "${S}/pki" kube-controller-manager
+write_kubeconfig "${S}/scheduler.kubeconfig" "${APISERVER_URL}" "${S}/pki" kube-scheduler
+
+# --- etcd and the API server ---------------------------------------------------------------
+start_component "${S}" etcd "${assets}/etcd" \
+  --name=default --data-dir="${S}/etcd" \
+  --listen-client-urls="http://127.0.0.1:${ETCD_PORT}" --advertise-client-urls="http://127.0.0.1:${ETCD_PORT}" \
+  --listen-peer-urls="http://127.0.0.1:${ETCD_PEER_PORT}" --initial-advertise-peer-urls="http://127.0.0.1:${ETCD_PEER_PORT}" \
+  --initial-cluster="default=http://127.0.0.1:${ETCD_PEER_PORT}" --unsafe-no-fsync=true
+
+start_component "${S}" kube-apiserver "${assets}/kube-apiserver" \
+  --etcd-servers="http://127.0.0.1:${ETCD_PORT}" \
+  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="${APISERVER_PORT}" \
+  --endpoint-reconciler-type=none \
+  --tls-cert-file="${S}/pki/apiserver.crt" --tls-private-key-file="${S}/pki/apiserver.key" \
+  --client-ca-file="${S}/pki/ca.crt" \
+  --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+  --service-account-issuer="${APISERVER_URL}" \
+  --service-account-key-file="${S}/pki/sa.pub" --service-account-signing-key-file="${S}/pki/sa.key" \
+  --kubelet-client-certificate="${S}/pki/apiserver-kubelet-client.crt" \
+  --kubelet-client-key="${S}/pki/apiserver-kubelet-client.key" \
+  --kubelet-certificate-authority="${S}/pki/ca.crt" \
+  --kubelet-preferred-address-types=InternalIP,Hostname \
+  --service-cluster-ip-range=127.0.100.0/24 \
+  --profiling=false
+
+wait_for "the API server to be ready" 60 "${kubectl[@]}" get --raw /readyz
+t_apiserver=$(elapsed "${start_time}")
+# The API server's client certificate for kubelets (logs, exec, port-forward): what kubeadm grants.
+"${kubectl[@]}" create clusterrolebinding actionledger:kube-apiserver-kubelet-client \
+  --clusterrole=system:kubelet-api-admin --user=kube-apiserver-kubelet-client >/dev/null
+
+# --- controller manager and scheduler ------------------------------------------------------
+start_component "${S}" kube-controller-manager "${assets}/kube-controller-manager" \
+  --kubeconfig="${S}/kcm.kubeconfig" \
+  --authentication-kubeconfig="${S}/kcm.kubeconfig" --authorization-kubeconfig="${S}/kcm.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port="${KCM_PORT}" --cert-dir="${S}/kcm-certs" \
+  --controllers='*' --use-service-account-credentials \
+  --root-ca-file="${S}/pki/ca.crt" --service-account-private-key-file="${S}/pki/sa.key" \
+  --cluster-signing-cert-file="${S}/pki/ca.crt" --cluster-signing-key-file="${S}/pki/ca.key" \
+  --flex-volume-plugin-dir="${S}/kcm-flex" \
+  --leader-elect=false --profiling=false --v="${LOG_V}"
+
+start_component "${S}" kube-scheduler "${assets}/kube-scheduler" \
+  --kubeconfig="${S}/scheduler.kubeconfig" \
+  --authentication-kubeconfig="${S}/scheduler.kubeconfig" --authorization-kubeconfig="${S}/scheduler.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port="${SCHEDULER_PORT}" \
+  --leader-elect=false --profiling=false
+
+# --- containerd in the node's mount namespace ----------------------------------------------
+PAUSE_IMAGE=${PAUSE_IMAGE_NAME}
+write_containerd_config "${S}" "${PAUSE_IMAGE}"
+write_cni_conflist "${S}/cni/net.d"
+# The namespace's init is containerd: node-ns.sh bind-mounts, then execs it (same PID).
+start_component "${S}" containerd unshare --mount --propagation private -- \
+  env HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 NO_PROXY=127.0.0.1,localhost \
+  "${here}/node-ns.sh" "${S}"
+containerd_pid=$(cut -d" " -f1 "${S}/pids/containerd")
+wait_for "containerd to serve" 30 ctr --address "${S}/containerd/containerd.sock" version
+readlink "/proc/${containerd_pid}/ns/mnt" >"${S}/node-mntns"
+[[ "$(cat "${S}/node-mntns")" != "$(readlink /proc/self/ns/mnt)" ]] || die "containerd is not in a mount namespace of its own"
+ctr --address "${S}/containerd/containerd.sock" -n k8s.io images import "${pause_tar}" >"${S}/logs/image-import.log" 2>&1
+grep -q "${PAUSE_IMAGE}" <(ctr --address "${S}/containerd/containerd.sock" -n k8s.io images ls -q) ||
+  die "the pause image ${PAUSE_IMAGE} is not in containerd after the import (${pause_tar})"
+
+# --- the kubelet, in containerd's mount namespace ------------------------------------------
+write_kubelet_config "${S}" "${KUBELET_PORT}" "${KUBELET_HEALTHZ_PORT}" "${cgroup_root}"
+start_component "${S}" kubelet nsenter --target "${containerd_pid}" --mount -- \
+  "${assets}/kubelet" --config="${S}/kubelet-config.yaml" --kubeconfig="${S}/kubelet.kubeconfig" \
+  --root-dir="${S}/kubelet" --cert-dir="${S}/kubelet-pki" --hostname-override="${NODE_NAME}" --v="${LOG_V}"
+
+wait_for "node ${NODE_NAME} to register" "${READY_TIMEOUT}" "${kubectl[@]}" get node "${NODE_NAME}"
+t_registered=$(elapsed "${start_time}")
+wait_for "node ${NODE_NAME} to be Ready" "${READY_TIMEOUT}" \
+  "${kubectl[@]}" wait --for=condition=Ready "node/${NODE_NAME}" --timeout=5s
+t_ready=$(elapsed "${start_time}")
+wait_for "the default ServiceAccount" "${READY_TIMEOUT}" "${kubectl[@]}" -n default get serviceaccount default
+wait_for "the kube-root-ca.crt ConfigMap" "${READY_TIMEOUT}" "${kubectl[@]}" -n default get configmap kube-root-ca.crt
+t_total=$(elapsed "${start_time}")
+
+{
+  echo "STATE_DIR=${S}"
+  echo "APISERVER_URL=${APISERVER_URL}"
+  echo "APISERVER_HOST=127.0.0.1"
+  echo "APISERVER_PORT=${APISERVER_PORT}"
+  echo "KUBECONFIG=${S}/admin.kubeconfig"
+  echo "NODE_NAME=${NODE_NAME}"
+  echo "PAUSE_IMAGE=${PAUSE_IMAGE}"
+  echo "CONTAINERD_ADDRESS=${S}/containerd/containerd.sock"
+  echo "CGROUP_ROOT=${cgroup_root}"
+  echo "KUBE_ASSETS=${assets}"
+  echo "ETCD_URL=http://127.0.0.1:${ETCD_PORT}"
+  echo "KUBELET_PORT=${KUBELET_PORT}"
+  for f in "${S}"/pids/*; do
+    n=$(basename "${f}" | tr 'a-z-' 'A-Z_')
+    echo "${n}_PID=$(cut -d' ' -f1 "${f}")"
+  done
+  echo "START_SECONDS=${t_total}"
+} >"${S}/cluster.env"
+log "up in ${t_total}s (API server ready ${t_apiserver}s, node registered ${t_registered}s, Ready ${t_ready}s); API server ${APISERVER_URL}; kubeconfig ${S}/admin.kubeconfig"
+trap - EXIT
+echo "${S}/cluster.env"
