@@ -377,7 +377,7 @@ func (g *Gateway) serveAction(w http.ResponseWriter, r *http.Request, t target) 
 				xa = live
 			}
 		}
-		g.repeat(w, xa, fp)
+		g.repeat(w, xa, key, fp)
 		return
 	}
 	ts := &actionsv1alpha1.ActionTombstone{}
@@ -415,7 +415,7 @@ func (g *Gateway) create(w http.ResponseWriter, r *http.Request, u user.Info, xa
 	case apierrors.IsAlreadyExists(err):
 		// Another request holds the key (perhaps on another replica, or the cache lags): a repeat, which get
 		// (checked before) allows.
-		g.repeatLive(w, r, u, obj, fp)
+		g.repeatLive(w, r, u, obj, xa.Annotations[AnnotationKey], fp)
 	case apierrors.IsInvalid(err):
 		writeProblem(w, problem(http.StatusBadRequest, "invalid-request",
 			"the API server refused the action", apiMessage(err)))
@@ -428,12 +428,12 @@ func (g *Gateway) create(w http.ResponseWriter, r *http.Request, u user.Info, xa
 
 // repeatLive answers a repeat of the key obj whose object the cache does not show yet, from a live read as the
 // caller; an object collected between the create and the read is answered by its tombstone.
-func (g *Gateway) repeatLive(w http.ResponseWriter, r *http.Request, u user.Info, obj types.NamespacedName, fp string) {
+func (g *Gateway) repeatLive(w http.ResponseWriter, r *http.Request, u user.Info, obj types.NamespacedName, key, fp string) {
 	ctx := r.Context()
 	live := &actionsv1alpha1.ExternalAction{}
 	err := g.callers.Get(asCaller(ctx, u), obj, live)
 	if err == nil {
-		g.repeat(w, live, fp)
+		g.repeat(w, live, key, fp)
 		return
 	}
 	if apierrors.IsForbidden(err) {
@@ -477,10 +477,11 @@ func fingerprintOf(xa *actionsv1alpha1.ExternalAction) string {
 	return fp
 }
 
-// repeat answers a request whose key is held by xa: 422 for another fingerprint, the recorded outcome once
+// repeat answers a request whose key is held by xa: 422 for another fingerprint (or an object of a hashed name
+// made for another key), the recorded outcome once
 // terminal, else 409 with Retry-After.
-func (g *Gateway) repeat(w http.ResponseWriter, xa *actionsv1alpha1.ExternalAction, fp string) {
-	if bound := fingerprintOf(xa); bound != fp {
+func (g *Gateway) repeat(w http.ResponseWriter, xa *actionsv1alpha1.ExternalAction, key, fp string) {
+	if bound := fingerprintOf(xa); bound != fp || !holdsKey(xa, key) {
 		a := keyReused(xa.Namespace, xa.Name, string(xa.Status.Phase))
 		writeAnswer(w, a)
 		return
@@ -511,6 +512,13 @@ func ifMsg(m string) string {
 		return ""
 	}
 	return " (" + m + ")"
+}
+
+// holdsKey reports whether xa is the action of key: named by the key itself, or, under a hashed name, created
+// for that key (AnnotationKey). An object of a hashed name made for another key, or by other means, answers as a
+// reused key rather than handing one caller's outcome to another.
+func holdsKey(xa *actionsv1alpha1.ExternalAction, key string) bool {
+	return xa.Name == key || xa.Annotations[AnnotationKey] == key
 }
 
 func keyReused(namespace, name, phase string) Answer {

@@ -58,7 +58,29 @@ func ParseKey(values []string) (string, error) {
 	if len(key) > MaxKeyLength {
 		return "", fmt.Errorf("the Idempotency-Key is %d bytes, more than %d", len(key), MaxKeyLength)
 	}
+	if IsHashedName(key) {
+		return "", fmt.Errorf("the Idempotency-Key has the form of a hashed object name (%s and 32 lower-case hex "+
+			"digits), which the gateway reserves for keys that are not object names; use another key", HashedNamePrefix)
+	}
 	return key, nil
+}
+
+// hashedNameLength is the length of a name ObjectName hashes: HashedNamePrefix and 32 hex digits.
+const hashedNameLength = len(HashedNamePrefix) + 32
+
+// IsHashedName reports whether s has the form ObjectName gives a key that is not an object name:
+// HashedNamePrefix followed by exactly 32 lower-case hex digits. ParseKey refuses such a key, so that no caller
+// can name, by spelling its hash, the ExternalAction of another caller's key.
+func IsHashedName(s string) bool {
+	if len(s) != hashedNameLength || !strings.HasPrefix(s, HashedNamePrefix) {
+		return false
+	}
+	for i := len(HashedNamePrefix); i < len(s); i++ {
+		if (s[i] < '0' || s[i] > '9') && (s[i] < 'a' || s[i] > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // parseSFString parses a whole RFC 9651 section 4.2.5 sf-string.

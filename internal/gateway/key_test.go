@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 )
 
 func TestParseKey(t *testing.T) {
@@ -32,6 +34,12 @@ func TestParseKey(t *testing.T) {
 		{"empty quoted", []string{`""`}, "", "empty"},
 		{"longest", []string{long}, long, ""},
 		{"too long", []string{long + "a"}, "", "more than 255"},
+		// A co-worker's non-name key "Order 19" is stored under ObjectName("Order 19"); spelling that name as a key
+		// must not reach its action (the tenancy issue's row 9).
+		{"a hashed name", []string{ObjectName("Order 19")}, "", "reserves"},
+		{"a hashed name, quoted", []string{`"` + ObjectName("Order 19") + `"`}, "", "reserves"},
+		{"k- and 31 hex digits", []string{ObjectName("Order 19")[:33]}, ObjectName("Order 19")[:33], ""},
+		{"k- and 32 upper-case hex digits", []string{strings.ToUpper(ObjectName("Order 19"))}, strings.ToUpper(ObjectName("Order 19")), ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -46,6 +54,49 @@ func TestParseKey(t *testing.T) {
 				t.Fatalf("ParseKey(%q) = %q, %v; want %q", c.values, got, err, c.want)
 			}
 		})
+	}
+}
+
+// Every hashed name is reserved, and a key ParseKey accepts never has a hashed name's form.
+func TestIsHashedName(t *testing.T) {
+	for _, key := range []string{"Order-19", "order 19", "-x", strings.Repeat("a", 254)} {
+		if n := ObjectName(key); !IsHashedName(n) {
+			t.Errorf("IsHashedName(ObjectName(%q) = %q) = false", key, n)
+		}
+	}
+	for _, s := range []string{"order-19", "k-", "k-0123456789abcdef0123456789abcdeg", "k-0123456789abcdef0123456789abcdef0", "x-0123456789abcdef0123456789abcdef"} {
+		if IsHashedName(s) {
+			t.Errorf("IsHashedName(%q) = true", s)
+		}
+	}
+}
+
+// holdsKey: an object under a hashed name answers only the key it was made for.
+func TestHoldsKey(t *testing.T) {
+	named := ObjectName("Order 19")
+	mk := func(name, annotated string) *actionsv1alpha1.ExternalAction {
+		xa := &actionsv1alpha1.ExternalAction{}
+		xa.Name = name
+		if annotated != "" {
+			xa.Annotations = map[string]string{AnnotationKey: annotated}
+		}
+		return xa
+	}
+	cases := []struct {
+		xa   *actionsv1alpha1.ExternalAction
+		key  string
+		want bool
+	}{
+		{mk("order-19", ""), "order-19", true},               // kubectl-made, the key is the name
+		{mk("order-19", "order-19"), "order-19", true},       // gateway-made
+		{mk(named, "Order 19"), "Order 19", true},            // gateway-made under a hashed name
+		{mk(named, ""), "Order 19", false},                   // made by other means under that hashed name
+		{mk(named, "order 19 (another)"), "Order 19", false}, // made for another key
+	}
+	for _, c := range cases {
+		if got := holdsKey(c.xa, c.key); got != c.want {
+			t.Errorf("holdsKey(%s annotated %q, %q) = %v, want %v", c.xa.Name, c.xa.Annotations[AnnotationKey], c.key, got, c.want)
+		}
 	}
 }
 
