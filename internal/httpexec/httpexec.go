@@ -23,7 +23,14 @@
 //     net.Dialer.Control, right before connect, and refuses a denied one
 //     (ClassEgressDenied, nothing sent): a name that resolves to loopback or
 //     cloud metadata, DNS rebinding and IPv4-mapped IPv6 literals are all seen
-//     as the address that would be connected to.
+//     as the address that would be connected to;
+//   - asks for the identity content coding (Accept-Encoding: identity, no TE)
+//     and decodes a body compressed all the same (gzip, deflate, br, zstd),
+//     bounded by the read limit as received and as decoded, before anything
+//     reads it: a compressed body would hide an echoed Secret value from
+//     redaction, and its length is a compression oracle (BREACH), so a
+//     decoded response has no Content-Length; a body in another coding is
+//     replaced by UndecodedBody (ClassContentEncoding).
 //
 // Retrying is the caller's decision, made from Result.Written and
 // Result.ErrorClass (see DESIGN.md rules 3 and 4).
