@@ -101,12 +101,13 @@ type TLSConfig struct {
 
 // HeaderFromSecret is one request header whose value comes from a Secret.
 type HeaderFromSecret struct {
-	// name is the HTTP header name, for example X-Api-Key. It must be an RFC 9110 token (section 5.6.2) and not a hop-by-hop or framing header.
+	// name is the HTTP header name, for example X-Api-Key. It must be an RFC 9110 token (section 5.6.2), not a hop-by-hop or framing header and not Accept-Encoding (every request asks for the identity coding).
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
 	// +kubebuilder:validation:Pattern="^[-0-9A-Za-z!#$%&'*+.^_`|~]+$"
 	// +kubebuilder:validation:XValidation:rule=`!(self.lowerAscii() in ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect', 'content-length', 'host']) && !self.lowerAscii().startsWith('proxy-')`,message="an auth header name may not be a hop-by-hop or framing header (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host): the HTTP client sets those; choose another header name"
+	// +kubebuilder:validation:XValidation:rule=`self.lowerAscii() != 'accept-encoding'`,message="an auth header name may not be Accept-Encoding: every request asks for the identity coding, because a compressed response would hide an echoed credential from redaction and its length would reveal the credential one guess at a time (BREACH); choose another header name"
 	Name string `json:"name"`
 
 	// valueFrom is the Secret key that holds the header value.

@@ -63,12 +63,13 @@ type ActionRequest struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[^?#]*(%2[fF]|%5[cC]|\\\\)')`,message="request.path may not contain an encoded slash (%2F), a backslash or an encoded backslash (%5C) before the query: a server that decodes them sees another path; use plain '/' between segments"
 	Path string `json:"path,omitempty"`
 
-	// headers are request headers that are not secret, at most 32; credentials belong in the destination's auth, which reads them from Secrets. Names are RFC 9110 tokens (section 5.6.2) of at most 256 characters; they are case-insensitive and each may appear once. Values are at most 8192 bytes, without control characters other than tab (RFC 9110 section 5.5). Authorization, the idempotency header and the hop-by-hop and framing headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host; RFC 9110 section 7.6.1) cannot be set here.
+	// headers are request headers that are not secret, at most 32; credentials belong in the destination's auth, which reads them from Secrets. Names are RFC 9110 tokens (section 5.6.2) of at most 256 characters; they are case-insensitive and each may appear once. Values are at most 8192 bytes, without control characters other than tab (RFC 9110 section 5.5). Authorization, the idempotency header, Accept-Encoding (every request asks for the identity coding, so that a response is not compressed) and the hop-by-hop and framing headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host; RFC 9110 section 7.6.1) cannot be set here.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.size() <= 256 && k.matches('^[-!#$%&\'*+.^_|~0-9A-Za-z\\x60]+$'))`,message="header names must be RFC 9110 tokens of at most 256 characters (letters, digits, a backquote or one of !#$%&'*+-.^_|~; no spaces, colons or control characters); rename the header"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.lowerAscii() in ['authorization', 'idempotency-key']))",message="headers may not set Authorization or Idempotency-Key: credentials belong in the destination's auth (from a Secret) and the key is set from the destination's idempotency settings; remove the header"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.lowerAscii() in ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect', 'content-length', 'host']) && !k.lowerAscii().startsWith('proxy-'))",message="headers may not set hop-by-hop or framing headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host): the HTTP client derives them from the request; remove the header"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.lowerAscii() != 'accept-encoding')",message="headers may not set Accept-Encoding: every request asks for the identity coding, because a compressed response would hide an echoed credential from redaction and its length would reveal the credential one guess at a time (BREACH); remove the header"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, self.all(j, j == k || j.lowerAscii() != k.lowerAscii()))",message="header names are case-insensitive and each may appear once; remove the entry that differs only in case"
 	Headers map[string]HeaderValue `json:"headers,omitempty"`
 
@@ -321,7 +322,7 @@ type ResponseRecord struct {
 	// bodyTruncated is true when body is not the whole body: it was cut at 4096 bytes, or dropped.
 	// +optional
 	BodyTruncated bool `json:"bodyTruncated,omitempty"`
-	// bodySHA256 is "sha256:" followed by the hex SHA-256 of the whole body as the destination sent it, before redaction. It is always set, so that the body can be compared with the destination's own records.
+	// bodySHA256 is "sha256:" followed by the hex SHA-256 of the whole body as the destination sent it, before redaction; of a body sent compressed, of the body decoded (a body in a coding the manager cannot decode: as received). It is always set, so that the body can be compared with the destination's own records.
 	// +optional
 	BodySHA256 string `json:"bodySHA256,omitempty"`
 }

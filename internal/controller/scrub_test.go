@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -398,6 +399,58 @@ func TestResponseValuesNeverQuotedInMessages(t *testing.T) {
 		dump := strings.Join(env.Events(t, ns, name), "\n") + envtestutil.JSON(st)
 		if strings.Contains(dump, planted) {
 			t.Errorf("%s: the response value %q is quoted in status or events: %s", name, planted, dump)
+		}
+	}
+}
+
+// Case C16: a shared destination echoes the request's Authorization behind a prefix, behind a byte order mark,
+// as JSONP with \u002f escapes, and gzip-compressed although the manager asked for the identity coding. Status
+// never holds the token in any form, and successWhen sees no compressed length.
+func TestEchoBehindAPrefixOrCompressedIsRedacted(t *testing.T) {
+	const token = "tok-ab/cd+9f3e1c77" //nolint:gosec // G101: a test credential
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		esc := strings.NewReplacer("/", `\u002f`, "+", `\u002B`).Replace(r.Header.Get("Authorization"))
+		body := []byte(`{"auth":"` + esc + `"}`)
+		switch r.URL.Path {
+		case "/prefix":
+			body = append([]byte(")]}'\n"), body...)
+		case "/bom":
+			body = append([]byte("\ufeff"), body...)
+		case "/jsonp":
+			body = []byte("cb(" + string(body) + ");")
+		case "/gzip":
+			var buf strings.Builder
+			zw := gzip.NewWriter(&buf)
+			_, _ = zw.Write(body)
+			_ = zw.Close()
+			body = []byte(buf.String())
+			w.Header().Set("Content-Encoding", "gzip")
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		_, _ = w.Write(body) //nolint:gosec // G705: echoing the request is what this test destination is for
+	}))
+	t.Cleanup(ts.Close)
+	env.StartManager(t, app.Options{})
+	ns := env.Namespace(t)
+	env.Create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cred"}, StringData: map[string]string{"token": token}})
+	env.CreateDestination(t, ns, "echo", ts.URL, func(s *actionsv1alpha1.DestinationSpec) {
+		s.Auth = &actionsv1alpha1.AuthConfig{BearerToken: &actionsv1alpha1.SecretKeySelector{Name: "cred", Key: "token"}}
+	})
+	for _, form := range []string{"prefix", "bom", "jsonp", "gzip"} {
+		xa := envtestutil.Action(ns, form, "echo", "/"+form, `{}`)
+		xa.Spec.SuccessWhen = `response.statusCode == 200 && !('content-length' in response.headers && '` + form + `' == 'gzip')`
+		env.Create(t, xa)
+	}
+	for _, form := range []string{"prefix", "bom", "jsonp", "gzip"} {
+		got := env.WaitPhase(t, ns, form, actionsv1alpha1.PhaseSucceeded, 30*time.Second)
+		dump := envtestutil.JSON(got.Status)
+		if !strings.Contains(got.Status.Response.Body, `"auth":"[REDACTED]"`) {
+			t.Errorf("%s: body %q, want the echo redacted", form, got.Status.Response.Body)
+		}
+		for _, leak := range []string{"ab/cd", `ab\u002fcd`, `ab\\u002fcd`, "9f3e1c77"} {
+			if strings.Contains(dump, leak) {
+				t.Errorf("%s: %q in status %s", form, leak, dump)
+			}
 		}
 	}
 }

@@ -23,7 +23,14 @@
 //     net.Dialer.Control, right before connect, and refuses a denied one
 //     (ClassEgressDenied, nothing sent): a name that resolves to loopback or
 //     cloud metadata, DNS rebinding and IPv4-mapped IPv6 literals are all seen
-//     as the address that would be connected to.
+//     as the address that would be connected to;
+//   - asks for the identity content coding (Accept-Encoding: identity, no TE)
+//     and decodes a body compressed all the same (gzip, deflate, br, zstd),
+//     bounded by the read limit as received and as decoded, before anything
+//     reads it: a compressed body would hide an echoed Secret value from
+//     redaction, and its length is a compression oracle (BREACH), so a
+//     decoded response has no Content-Length; a body in another coding is
+//     replaced by UndecodedBody (ClassContentEncoding).
 //
 // Retrying is the caller's decision, made from Result.Written and
 // Result.ErrorClass (see DESIGN.md rules 3 and 4).
@@ -126,19 +133,28 @@ type Response struct {
 	// longer than maxBodyBytes, longer than the hard read limit, or reading it
 	// failed (see BodyErr).
 	BodyTruncated bool
-	// BodySHA256 is "sha256:" + lowercase hex over the body bytes as read: the
+	// BodySHA256 is "sha256:" + lowercase hex over the body bytes as read,
+	// decoded (Decoded; a body that cannot be decoded: as received): the
 	// full body, except that at most the executor's hard read limit
 	// (DefaultMaxReadBytes, 16 MiB, unless WithMaxReadBytes) is read; beyond
 	// it reading stops, BodyTruncated is set and the hash covers only the
 	// bytes read. The same applies when reading fails (BodyErr).
 	BodySHA256 string
-	// BodyLength is the number of body bytes read and hashed (bytes).
+	// BodyLength is the number of body bytes read and hashed (bytes; of the
+	// decoded body when Decoded is set).
 	BodyLength int64
 	// BodyErr is non-nil when the status and header arrived but reading the
-	// body failed (timeout, reset). It is an *Error. The server did answer,
+	// body failed (timeout, reset), or the body could not be decoded
+	// (ClassContentEncoding). It is an *Error. The server did answer,
 	// so the attempt is not a transport failure; Body and BodySHA256 cover
 	// what was read.
 	BodyErr error
+	// Decoded lists the content codings removed from the body ("gzip", or
+	// "gzip, br" in the order they were applied); "" for a body sent in the
+	// identity coding. Header then has neither Content-Encoding nor
+	// Content-Length, and Body, BodyLength and BodySHA256 are of the decoded
+	// body (see readResponseBody).
+	Decoded string
 }
 
 // ErrorClass names a transport failure (for status.attemptHistory[].errorClass).
@@ -178,6 +194,12 @@ const (
 	// ClassSigningFailed: the request could not be signed (spec.signing); nothing was sent, so it is retried
 	// like a dial error.
 	ClassSigningFailed ErrorClass = "SigningFailed"
+	// ClassContentEncoding: only in Response.BodyErr: the response's body is
+	// in a content coding the executor does not decode (Body is then
+	// UndecodedBody), or does not decode as its Content-Encoding says (Body
+	// holds what decoded before the error). The request was sent and
+	// answered: the status code and headers stand.
+	ClassContentEncoding ErrorClass = "ContentEncoding"
 	// ClassOther: anything else, including invalid requests and TLS options.
 	ClassOther ErrorClass = "Other"
 )
@@ -300,13 +322,7 @@ func (e *HTTPExecutor) execute(ctx context.Context, req Request, maxBodyBytes in
 	defer func() { _ = resp.Body.Close() }()
 
 	out := &Response{StatusCode: resp.StatusCode, Header: resp.Header}
-	keep := max(maxBodyBytes, 0)
-	body, n, more, sum, rerr := readBody(resp.Body, keep, e.cfg.maxReadBytes)
-	out.Body = body
-	out.BodyLength = n
-	out.BodySHA256 = sum
-	out.BodyTruncated = more || n > int64(keep) || rerr != nil
-	if rerr != nil {
+	if rerr := readResponseBody(out, resp.Body, max(maxBodyBytes, 0), e.cfg.maxReadBytes); rerr != nil {
 		out.BodyErr = newError(ctx, actx, timeout, rerr, true, stageResponse, tr)
 	}
 	return Result{Response: out, Written: true, WroteRequest: tr.wroteRequest.Load()}
@@ -341,6 +357,11 @@ func newHTTPRequest(ctx context.Context, req Request) (*http.Request, error) {
 		hreq.Host = host
 	}
 	hreq.Header.Del("Host")
+	// Ask for the body as it is (RFC 9110 section 12.5.3): a compressed body would hide an echoed Secret
+	// value from redaction, and its length is a compression oracle. A body compressed all the same is
+	// decoded (readResponseBody). TE asks for transfer codings (RFC 9110 section 10.1.4): never sent.
+	hreq.Header.Set("Accept-Encoding", "identity")
+	hreq.Header.Del("TE")
 	return hreq, nil
 }
 

@@ -85,7 +85,7 @@ func (r *Redactor) Body(body []byte, limit int, more bool) (string, bool) {
 // cut redacts s, then cuts the result to limit bytes (limit < 0: no cut).
 func (r *Redactor) cut(s string, limit int, more bool) (string, bool) {
 	if r != nil && len(r.values) > 0 {
-		s = replaceSpans(s, r.spans(s))
+		s = replaceSpans(s, r.allSpans(s))
 	}
 	return r.cutRedacted(s, limit, more)
 }
@@ -107,7 +107,16 @@ type span struct{ start, end int }
 
 // spans are the merged byte ranges of s covered by an occurrence of any value, in order.
 func (r *Redactor) spans(s string) []span {
-	var all []span
+	return mergeSpans(r.occurrences(s, nil))
+}
+
+// allSpans are spans, and the spans that hold an occurrence once unescaped (escapedSpans), merged.
+func (r *Redactor) allSpans(s string) []span {
+	return mergeSpans(append(r.occurrences(s, nil), r.escapedSpans(s)...))
+}
+
+// occurrences appends to all the byte range of every occurrence of every value in s, unordered.
+func (r *Redactor) occurrences(s string, all []span) []span {
 	for _, v := range r.values {
 		for i := 0; i+len(v) <= len(s); {
 			j := strings.Index(s[i:], v)
@@ -118,6 +127,11 @@ func (r *Redactor) spans(s string) []span {
 			i += j + 1
 		}
 	}
+	return all
+}
+
+// mergeSpans sorts all and merges the spans that overlap or touch.
+func mergeSpans(all []span) []span {
 	if len(all) == 0 {
 		return nil
 	}

@@ -60,33 +60,32 @@ func (v *View) Cut(limit int) (string, bool) {
 	return CutUTF8(string(v.Body), limit), true
 }
 
-// Text returns s with every Secret value, in any of its encoded forms, replaced by Redacted; a text that
-// still holds one once percent-decoded is replaced whole.
+// Text returns s with every Secret value, in any of its encoded forms, replaced by Redacted, also where s
+// writes it with JSON, JavaScript or HTML escapes (unescape: each escape that is part of a value is replaced
+// with it); a text that still holds one once percent-decoded is replaced whole.
 func (r *Redactor) Text(s string) string {
 	if r.Empty() {
 		return s
 	}
-	out := replaceSpans(s, r.spans(s))
+	out := replaceSpans(s, r.allSpans(s))
 	if r.hidesSecret(out) {
 		return Redacted
 	}
 	return out
 }
 
-// body redacts a response body: a JSON body value by value after decoding (jsonValues), then every body as
-// text. more says the body is a prefix of a longer one (the executor stopped reading): its last Longest()-1
-// bytes are then dropped whatever they hold, so that a Secret value cut at the end leaves no part of itself
-// and the kept text does not depend on whether it ends in the beginning of one (dropping only a matching
-// tail would let a destination that echoes the request confirm a guessed prefix, one per action).
+// body redacts a response body: the JSON in it value by value after decoding (jsonValues), wherever it
+// stands, then every body as text (Text's forms and escapes). more says the body is a prefix of a longer one
+// (the executor stopped reading): its last Longest()-1 bytes are then dropped whatever they hold, so that a
+// Secret value cut at the end leaves no part of itself and the kept text does not depend on whether it ends in
+// the beginning of one (dropping only a matching tail would let a destination that echoes the request confirm
+// a guessed prefix, one per action).
 func (r *Redactor) body(b []byte, more bool) string {
 	if r.Empty() {
 		return string(b)
 	}
-	s := string(b)
-	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[' || t[0] == '"') {
-		s = r.jsonValues(s)
-	}
-	s = replaceSpans(s, r.spans(s))
+	s := r.jsonValues(string(b), maxJSONDepth)
+	s = replaceSpans(s, r.allSpans(s))
 	if more {
 		s = CutUTF8(s, max(len(s)-(r.Longest()-1), 0))
 	}
@@ -96,21 +95,52 @@ func (r *Redactor) body(b []byte, more bool) string {
 	return s
 }
 
-// jsonValues decodes s as a stream of JSON tokens (encoding/json) and replaces each string (key or value)
-// and number whose decoded text holds a Secret value by its redacted text, re-encoded as a JSON string; the
-// rest of s is kept byte for byte. Decoding stops at the first syntax error (a body cut by the executor): the
-// rest is left to the text redaction.
-func (r *Redactor) jsonValues(s string) string {
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.UseNumber()
+const (
+	// maxJSONDepth is how deep JSON inside a JSON string is decoded value by value (a JSON text in a string of
+	// a JSON text in a string: 2); deeper, the escapes are still decoded (unescape).
+	maxJSONDepth = 2
+	// maxJSONStarts bounds the places of one text where decoding JSON is tried (jsonValues), so that a body
+	// of many '{' costs no more than a few decodes; the escapes of the rest are still decoded (unescape).
+	maxJSONStarts = 32
+)
+
+// jsonValues decodes the JSON in s wherever it stands (after a prefix such as ")]}'" or a byte order mark,
+// inside JSONP "cb(...)", after a syntax error) as streams of JSON tokens (encoding/json), each starting at a
+// '{', a '[' or a '"' and ending at the first syntax error, and replaces each string (key or value) and
+// number whose decoded text holds a Secret value by its redacted text (value: JSON in the string decoded too,
+// depth levels deep), re-encoded as a JSON string; the rest of s is kept byte for byte. At most maxJSONStarts
+// places are tried.
+func (r *Redactor) jsonValues(s string, depth int) string {
 	var out strings.Builder
-	pos := 0
-	for {
-		before := int(dec.InputOffset())
-		tok, err := dec.Token()
-		if err != nil {
+	pos := 0 // s[:pos] is in out
+	for from, starts := 0, 0; from < len(s) && starts < maxJSONStarts; starts++ {
+		i := strings.IndexAny(s[from:], `{["`)
+		if i < 0 {
 			break
 		}
+		i += from
+		from = max(r.jsonStream(s, i, depth, &out, &pos), i+1)
+	}
+	if pos == 0 {
+		return s
+	}
+	out.WriteString(s[pos:])
+	return out.String()
+}
+
+// jsonStream decodes s from i as a stream of JSON tokens until the first error, writing s[*pos:] up to each
+// value it replaces, and the replacement, to out. It returns the offset where the last token read ended.
+func (r *Redactor) jsonStream(s string, i, depth int, out *strings.Builder, pos *int) int {
+	dec := json.NewDecoder(strings.NewReader(s[i:]))
+	dec.UseNumber()
+	end := i
+	for {
+		before := i + int(dec.InputOffset())
+		tok, err := dec.Token()
+		if err != nil {
+			return end
+		}
+		end = i + int(dec.InputOffset())
 		var text string
 		switch t := tok.(type) {
 		case string:
@@ -120,25 +150,27 @@ func (r *Redactor) jsonValues(s string) string {
 		default:
 			continue
 		}
-		red := r.Text(text)
+		red := r.value(text, depth)
 		if red == text {
 			continue
 		}
-		after := int(dec.InputOffset())
-		i := strings.IndexAny(s[before:after], `"-0123456789`)
-		if i < 0 { // not reached (a string or number token starts with one of these): redact it all
-			return Redacted
+		k := strings.IndexAny(s[before:end], `"-0123456789`) // a string or number token starts so
+		if k < 0 {
+			continue // not reached; Text still redacts the token's bytes
 		}
-		start := before + i
-		out.WriteString(s[pos:start])
+		out.WriteString(s[*pos : before+k])
 		out.WriteString(jsonString(red))
-		pos = after
+		*pos = end
 	}
-	if pos == 0 {
-		return s
+}
+
+// value redacts a decoded JSON string or number: the JSON in it value by value (depth levels deep), then as
+// text (Text).
+func (r *Redactor) value(text string, depth int) string {
+	if depth > 1 && strings.ContainsAny(text, `{[`) {
+		text = r.jsonValues(text, depth-1)
 	}
-	out.WriteString(s[pos:])
-	return out.String()
+	return r.Text(text)
 }
 
 // jsonString is s as a JSON string literal, without HTML escaping.
@@ -180,7 +212,7 @@ func (r *Redactor) acrossValues(vs []string) []string {
 	if len(vs) < 2 {
 		return vs
 	}
-	spans := r.spans(strings.Join(vs, ""))
+	spans := r.allSpans(strings.Join(vs, ""))
 	if len(spans) == 0 {
 		return vs
 	}

@@ -58,6 +58,7 @@ const (
 	headerHop   = "headers may not set hop-by-hop or framing headers"
 	headerCreds = "headers may not set Authorization or Idempotency-Key" //nolint:gosec // G101: an error message, not a credential
 	headerDup   = "header names are case-insensitive and each may appear once"
+	headerEnc   = "headers may not set Accept-Encoding: every request asks for the identity coding"
 	headerLong  = "header values are at most 8192 bytes"
 	headerCtl   = "header values may not contain CR, LF, NUL or other control characters"
 	hopName     = "may not be a hop-by-hop or framing header"
@@ -334,6 +335,9 @@ func TestRequestHeaders(t *testing.T) {
 		// 4097 two-byte characters: under 8192 characters, over 8192 bytes.
 		{"value over 8 KiB in bytes", with(map[string]string{"X-A": strings.Repeat("é", actionsv1alpha1.MaxHeaderValueBytes/2+1)}), headerLong},
 		{"same name twice in different case", with(map[string]string{"X-Trace": "a", "x-trace": "b"}), headerDup},
+		{"Accept-Encoding", with(map[string]string{"Accept-Encoding": "gzip"}), headerEnc},
+		{"accept-encoding identity", with(map[string]string{"accept-encoding": "identity"}), headerEnc},
+		{"ACCEPT-ENCODING", with(map[string]string{"ACCEPT-ENCODING": "br"}), headerEnc},
 		{"too many headers", with(many), "must have at most 32 items"},
 		// Near misses.
 		{"X-Request-Id", with(map[string]string{"X-Request-Id": "0f8fad5b-d9cb-469f-a165-70867728950e"}), ""},
@@ -341,6 +345,7 @@ func TestRequestHeaders(t *testing.T) {
 		{"similar names", with(map[string]string{
 			"TEA": "v", "Hostname": "v", "Connection-Id": "v", "X-Proxy-Token": "v", "Upgraded-From": "v",
 			"Content-Type": "application/merge-patch+json", "Authorization-Hint": "v", "Expected": "v",
+			"Accept": "application/json", "Accept-Language": "en", "X-Accept-Encoding": "v",
 		}), ""},
 		{"tab, spaces and UTF-8 in value", with(map[string]string{"X-A": "a\tb c é"}), ""},
 		{"value at 8 KiB", with(map[string]string{"X-A": strings.Repeat("a", actionsv1alpha1.MaxHeaderValueBytes)}), ""},
@@ -377,6 +382,7 @@ func TestDestinationHeaderNames(t *testing.T) {
 		{"auth Transfer-Encoding", auth("Transfer-Encoding"), "an auth header name " + hopName},
 		{"auth Proxy-Authorization", auth("Proxy-Authorization"), "an auth header name " + hopName},
 		{"auth host", auth("host"), "an auth header name " + hopName},
+		{"auth Accept-Encoding", auth("accept-Encoding"), "an auth header name may not be Accept-Encoding"},
 		{"auth X-Api-Key", auth("X-Api-Key"), ""},
 		{"auth backtick token", auth("X-`Key`"), ""},
 		{"idempotency header with space", idem("Idempotency Key"), tokenName},
