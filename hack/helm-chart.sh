@@ -104,6 +104,11 @@ replace "${gw}" '        - containerPort: {{ .Values.manager.healthProbe.port }}
 replace "${gw}" '            port: {{ .Values.manager.healthProbe.port }}' '            port: {{ .Values.gateway.healthProbe.port }}' 3
 replace "${gws}" '    targetPort: 9443' '    targetPort: {{ .Values.gateway.port }}'
 replace "${gws}" '    targetPort: 8443' '    targetPort: {{ .Values.gateway.metrics.port }}'
+# The tenancy mode (config/manager's --require-service-account) as one value, .Values.tenancy.requireServiceAccount
+# (default true): the plugin moves config's args into values.yaml's manager.args, which is kept by hand, so a
+# single-team install turns the mode off with that one value instead of restating the args.
+replace "${mgr}" '        {{- range .Values.manager.args }}' '        - --require-service-account={{ .Values.tenancy.requireServiceAccount }}
+        {{- range .Values.manager.args }}'
 # The manager's priority level and FlowSchema (config/flowcontrol) render when .Values.priorityAndFairness.enabled
 # and the cluster serves flowcontrol.apiserver.k8s.io/v1 (Kubernetes 1.29+), with the level's shares from the
 # values; the FlowSchema names the manager's ServiceAccount as the RBAC bindings do (serviceAccount.name when
