@@ -73,8 +73,8 @@ test: manifests generate fmt vet lint controlplane kustomize helm kubebuilder ##
 	cd hack/image && go test ./... -count=1
 
 .PHONY: test-unit
-test-unit: ## Run only the pure unit tests (no control plane).
-	go test $$(go list ./... | grep -v -e /test/ -e /internal/controller) -count=1
+test-unit: ## Run only the unit tests (no control plane): every package outside test/; in internal/controller the files tagged !unit, which need envtest, are left out.
+	go test -tags unit $$(go list ./... | grep -v -e /test/) -count=1
 
 .PHONY: controlplane
 controlplane: ## Build etcd, kube-apiserver and kubectl from Go modules into bin/k8s (skipped when present).
