@@ -26,7 +26,9 @@ const (
 	// It is also True, with Reconciling False, on a Pending or InProgress action whose destination is missing or
 	// unusable (reasons DestinationNotReady, NamespaceNotAllowed, EgressDenied, ...): the action resumes by itself
 	// once the destination is fixed; and on a Pending action that waits (reason SubjectOutcomeUnknown) behind an
-	// OutcomeUnknown holder of its subject, until a person decides that holder.
+	// OutcomeUnknown holder of its subject, until a person decides that holder. On a finished action whose
+	// dead-letter record cannot be delivered because its sink cannot be used, its reason is
+	// DeadLetterSinkUnavailable (the message names the sink) until the sink is usable or the record given up.
 	ConditionStalled = "Stalled"
 	// ConditionOutputsReady is set only on an action with spec.outputs, once it Succeeded: True when the target
 	// Secret or ConfigMap holds the values (reasons OutputsWritten, OutputsRetained), False while they are being

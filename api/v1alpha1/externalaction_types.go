@@ -455,7 +455,7 @@ type ExternalActionStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	LastError string `json:"lastError,omitempty"`
-	// conditions are Ready, Reconciling and Stalled, as kstatus, Flux and Argo CD read them, and OutputsReady for an action with spec.outputs.
+	// conditions are Ready, Reconciling and Stalled, as kstatus, Flux and Argo CD read them, OutputsReady for an action with spec.outputs, and DeadLetterDelivered for an action that owes a dead-letter record.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
