@@ -215,13 +215,37 @@ func Refuse(cur *actionsv1alpha1.DeadLetterStatus, reason, msg string) Step {
 		Message: "dead-letter sink " + cur.Sink + " refused: " + msg}}
 }
 
-// Advance decides what to do with a delivery that is not final when no outcome is at hand: wait for an open
-// claim or the schedule, settle an expired claim (DESIGN rule 3), end it at the deadline or the last attempt,
-// or claim the next attempt.
+// Advance decides what to do with a delivery that is not final when no outcome is at hand and the sink can be
+// used: wait for an open claim or the schedule, settle an expired claim (DESIGN rule 3), end it at the deadline
+// or the last attempt, or claim the next attempt. A record Refused before is resumed first: a wait then writes
+// it back to Pending (or Delivering, with its claim), which ends the action's DeadLetterSinkUnavailable stall.
 func Advance(cur *actionsv1alpha1.DeadLetterStatus, env ledger.Env) Step {
 	if Final(cur) {
 		return Step{Kind: ledger.KindNone}
 	}
+	if cur.State == actionsv1alpha1.DeadLetterRefused {
+		resumed := resume(cur)
+		step := advance(resumed, env)
+		if step.Status == nil {
+			step.Status = resumed
+		}
+		return step
+	}
+	return advance(cur, env)
+}
+
+// resume is cur, Refused, with its sink usable again: Delivering while a claim is in it, else Pending.
+func resume(cur *actionsv1alpha1.DeadLetterStatus) *actionsv1alpha1.DeadLetterStatus {
+	st := cur.DeepCopy()
+	st.State, st.Reason = actionsv1alpha1.DeadLetterPending, actionsv1alpha1.ReasonDeadLetterRetrying
+	st.Message = "the sink can be used again; the delivery resumes"
+	if st.Claim != nil {
+		st.State = actionsv1alpha1.DeadLetterDelivering
+	}
+	return st
+}
+
+func advance(cur *actionsv1alpha1.DeadLetterStatus, env ledger.Env) Step {
 	if c := cur.Claim; c != nil {
 		if env.Now.Before(c.ExpiresAt.Time) {
 			return Step{Kind: ledger.KindWait, At: c.ExpiresAt.Time}

@@ -402,3 +402,25 @@ func TestGiveUp(t *testing.T) {
 		t.Errorf("NamespaceDeleted: %+v", ns.Status)
 	}
 }
+
+// A record Refused while its sink was gone resumes once the sink can be used: at once when an attempt is due,
+// and otherwise written back to Pending (a wait until its schedule), so that the action's stall ends.
+func TestAdvanceResumesARefusedRecord(t *testing.T) {
+	pending := Begin("Destination/ns/sink", "ns/a", actionsv1alpha1.PhaseExhausted)
+	pending.Attempts, pending.StatusCode = 1, 503
+	pending.NextAttemptAt = ledger.PtrTime(t0.Add(10 * time.Second))
+	refused := Refuse(pending, actionsv1alpha1.ReasonDestinationNotReady, "gone").Status
+
+	step := Advance(refused, env())
+	if step.Kind != ledger.KindWait || step.Status == nil || step.Status.State != actionsv1alpha1.DeadLetterPending ||
+		step.Status.Reason != actionsv1alpha1.ReasonDeadLetterRetrying || !step.At.Equal(t0.Add(10*time.Second)) {
+		t.Errorf("sink back before the next attempt: %+v at %s; want Pending written and a wait for the schedule", step.Status, step.At)
+	}
+	step = Advance(refused, env(func(e *ledger.Env) { e.Now = t0.Add(11 * time.Second) }))
+	if step.Kind != ledger.KindSend || step.Status.State != actionsv1alpha1.DeadLetterDelivering || step.Status.Claim.Attempt != 2 {
+		t.Errorf("sink back after the next attempt was due: %s %+v; want attempt 2 claimed", step.Kind, step.Status)
+	}
+	if step := Advance(pending, env()); step.Status != nil {
+		t.Errorf("a Pending record waiting for its schedule writes %+v", step.Status)
+	}
+}
