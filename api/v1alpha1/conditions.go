@@ -26,7 +26,9 @@ const (
 	// It is also True, with Reconciling False, on a Pending or InProgress action whose destination is missing or
 	// unusable (reasons DestinationNotReady, NamespaceNotAllowed, EgressDenied, ...): the action resumes by itself
 	// once the destination is fixed; and on a Pending action that waits (reason SubjectOutcomeUnknown) behind an
-	// OutcomeUnknown holder of its subject, until a person decides that holder.
+	// OutcomeUnknown holder of its subject, until a person decides that holder. On a finished action whose
+	// dead-letter record cannot be delivered because its sink cannot be used, its reason is
+	// DeadLetterSinkUnavailable (the message names the sink) until the sink is usable or the record given up.
 	ConditionStalled = "Stalled"
 	// ConditionOutputsReady is set only on an action with spec.outputs, once it Succeeded: True when the target
 	// Secret or ConfigMap holds the values (reasons OutputsWritten, OutputsRetained), False while they are being
@@ -34,6 +36,12 @@ const (
 	// OutputRefused, OutputLost, OutputsNotAvailable). Ready is True only when OutputsReady is True; in the
 	// False cases other than OutputsPending, Stalled is True (a person must act) and the phase stays Succeeded.
 	ConditionOutputsReady = "OutputsReady"
+	// ConditionDeadLetterDelivered is set only on an action that owes a dead-letter record (status.deadLetter,
+	// docs/deadletter.md): True once the sink accepted it (reason DeadLetterDelivered), False otherwise with
+	// status.deadLetter.reason (DeadLetterRetrying while due or in flight; DeadLetterFailed, DeadLetterUncertain
+	// or DeadLetterGivenUp when it ended without delivery; the sink's refusal reason while the sink cannot be
+	// used). The action is not collected, nor its deletion finished, before the record is final.
+	ConditionDeadLetterDelivered = "DeadLetterDelivered"
 )
 
 // Condition reasons (CamelCase, as Kubernetes API conventions ask).
@@ -126,6 +134,13 @@ const (
 	ReasonDeadLetterFailed = "DeadLetterFailed"
 	// ReasonDeadLetterUncertain: a delivery may have reached a sink that does not deduplicate; it is not sent again.
 	ReasonDeadLetterUncertain = "DeadLetterUncertain"
+	// ReasonDeadLetterGivenUp: a person gave the record up (AnnotationDeadLetter); it is not sent again, and the
+	// action may be collected.
+	ReasonDeadLetterGivenUp = "DeadLetterGivenUp"
+	// ReasonDeadLetterSinkUnavailable (the Stalled condition of a finished action): the record owed to the sink
+	// named in the message cannot be delivered, because the sink is missing or cannot be used; the action is kept
+	// (not collected, its deletion not finished) until the sink is usable again or a person gives the record up.
+	ReasonDeadLetterSinkUnavailable = "DeadLetterSinkUnavailable"
 )
 
 // Event reasons of status writes the API server refused as Invalid (docs/security.md).
@@ -141,6 +156,9 @@ const (
 	// ReasonStatusRefused: even the trimmed status was refused; the outcome held in memory was dropped (an open
 	// claim then follows DESIGN rule 3 once it expires).
 	ReasonStatusRefused = "StatusRefused"
+	// ReasonInvalidDecision (a Warning Event): a decision annotation (AnnotationResolve, AnnotationDeadLetter) could
+	// not apply; it was removed and nothing changed.
+	ReasonInvalidDecision = "InvalidDecision"
 )
 
 // Annotations read by the controller.
@@ -150,6 +168,13 @@ const (
 	AnnotationResolve = "actions.actionledger.dev/resolve"
 	// AnnotationResolveReason optionally explains the decision; it is copied to status.resolution.reason.
 	AnnotationResolveReason = "actions.actionledger.dev/resolve-reason"
+	// AnnotationDeadLetter carries a person's decision on the action's dead-letter record: "give-up"
+	// (DeadLetterGiveUp) ends a record that is not final without delivering it (state GivenUp), so that the action
+	// can be collected or its deletion finish. The controller records it in status.deadLetter, emits an Event,
+	// counts it (actionledger_dead_letter_deliveries_total, outcome GivenUp) and removes the annotation.
+	AnnotationDeadLetter = "actions.actionledger.dev/dead-letter"
+	// AnnotationDeadLetterReason optionally explains the decision; it is copied to status.deadLetter.message.
+	AnnotationDeadLetterReason = "actions.actionledger.dev/dead-letter-reason"
 	// LabelOutput marks a Secret or ConfigMap written for spec.outputs (value "true"); the manager watches and
 	// caches only the metadata of objects with this label.
 	LabelOutput = "actions.actionledger.dev/output"
@@ -171,3 +196,6 @@ const (
 	DecisionNotApplied = "not-applied"
 	DecisionRetry      = "retry"
 )
+
+// DeadLetterGiveUp is the decision accepted in AnnotationDeadLetter.
+const DeadLetterGiveUp = "give-up"

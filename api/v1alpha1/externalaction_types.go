@@ -242,7 +242,7 @@ type AttemptRecord struct {
 }
 
 // DeadLetterState is where the delivery of an action's dead-letter record stands.
-// +kubebuilder:validation:Enum=Pending;Delivering;Delivered;Failed;Uncertain;Refused
+// +kubebuilder:validation:Enum=Pending;Delivering;Delivered;Failed;Uncertain;Refused;GivenUp
 type DeadLetterState string
 
 const (
@@ -258,21 +258,32 @@ const (
 	// either way, so it is not sent again (DESIGN rule 3); final.
 	DeadLetterUncertain DeadLetterState = "Uncertain"
 	// DeadLetterRefused: the sink cannot be used (missing, namespace not admitted, egress denied, Secrets not
-	// allowed); nothing was sent. Checked again while the action is kept.
+	// allowed); nothing was sent. Not final: checked again, and the action kept, until the sink is usable or a
+	// person gives the record up.
 	DeadLetterRefused DeadLetterState = "Refused"
+	// DeadLetterGivenUp: a person gave the record up (annotation actions.actionledger.dev/dead-letter=give-up)
+	// before it was delivered; final.
+	DeadLetterGivenUp DeadLetterState = "GivenUp"
 )
 
-// DeadLetterStatus is the ledger of the one dead-letter record of an action: claimed before each delivery attempt and recorded after it, like an action's own attempts.
+// DeadLetterStatus is the ledger of the one dead-letter record of an action: written, as owed, in the same status write that makes the action finish in one of its sink's phases, then claimed before each delivery attempt and recorded after it, like an action's own attempts. Where it goes (sink, path, mode) is recorded here and never derived again from the destinations.
 type DeadLetterStatus struct {
 	// sink is the sink's identity: Destination/<namespace>/<name> or ClusterDestination/<name>.
 	// +kubebuilder:validation:MaxLength=512
 	Sink string `json:"sink"`
+	// path is the path appended to the sink's url, as spec.deadLetter.path said when the record became owed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	Path string `json:"path,omitempty"`
+	// mode is the CloudEvents HTTP content mode, as spec.deadLetter.mode said when the record became owed.
+	// +optional
+	Mode CloudEventMode `json:"mode,omitempty"`
 	// idempotencyKey is the key sent to the sink and the CloudEvent's id: the action's key followed by /dead-letter.
 	// +kubebuilder:validation:MaxLength=512
 	IdempotencyKey string `json:"idempotencyKey"`
 	// phase is the action's phase the record reports.
 	Phase Phase `json:"phase"`
-	// state is Pending, Delivering, Delivered, Failed, Uncertain or Refused.
+	// state is Pending, Delivering, Delivered, Failed, Uncertain, Refused or GivenUp.
 	State DeadLetterState `json:"state"`
 	// attempts is the number of delivery attempts claimed so far.
 	// +optional
@@ -296,7 +307,7 @@ type DeadLetterStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	ErrorClass string `json:"errorClass,omitempty"`
-	// reason is a CamelCase reason: DeadLetterDelivered, DeadLetterRetrying, DeadLetterFailed, DeadLetterUncertain, or why the sink was refused (NamespaceNotAllowed, DestinationNotReady, ...).
+	// reason is a CamelCase reason: DeadLetterDelivered, DeadLetterRetrying, DeadLetterFailed, DeadLetterUncertain, DeadLetterGivenUp, or why the sink was refused (NamespaceNotAllowed, DestinationNotReady, ...).
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Reason string `json:"reason,omitempty"`
@@ -438,14 +449,14 @@ type ExternalActionStatus struct {
 	// resolution is a person's decision, when one was made.
 	// +optional
 	Resolution *Resolution `json:"resolution,omitempty"`
-	// deadLetter is the delivery of the action's record to its destination's dead-letter sink (spec.deadLetter of the Destination), once the action ended in one of the sink's phases.
+	// deadLetter is the delivery of the action's record to its dead-letter sink (spec.deadLetter of the action, else of its destination): written in the same status write that ends the action in one of the sink's phases, and held until the record is final (Delivered, Failed, Uncertain or GivenUp): until then the action is not collected and its deletion does not finish.
 	// +optional
 	DeadLetter *DeadLetterStatus `json:"deadLetter,omitempty"`
 	// lastError is the last failure in short form: the error class or status code, and the reason. It never contains a secret.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	LastError string `json:"lastError,omitempty"`
-	// conditions are Ready, Reconciling and Stalled, as kstatus, Flux and Argo CD read them, and OutputsReady for an action with spec.outputs.
+	// conditions are Ready, Reconciling and Stalled, as kstatus, Flux and Argo CD read them, OutputsReady for an action with spec.outputs, and DeadLetterDelivered for an action that owes a dead-letter record.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

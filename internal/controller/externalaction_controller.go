@@ -285,7 +285,7 @@ func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *ac
 	if xa.Status.ObservedGeneration != xa.Generation {
 		return r.observeFinished(ctx, xa)
 	}
-	// A dead-letter record due is delivered, or settled, before the action can be collected.
+	// A dead-letter record owed is delivered, or given up, before the action can be collected.
 	if res, done, err := r.parts.deadletter.Reconcile(ctx, xa); done {
 		return res, err
 	}
@@ -336,6 +336,8 @@ func (r *ExternalActionReconciler) build() {
 		Env:     func(xa *actionsv1alpha1.ExternalAction) ledger.Env { return r.env(xa, nil, r.Clock.Now()) },
 		Submit:  r.submit,
 		HasRoom: func(id, ns string) bool { return r.Dispatcher.HasRoom(id, ns) }}
+	// The write that ends an action records the dead-letter record it owes (docs/deadletter.md).
+	p.writer.Terminal = p.deadletter.Owe
 	p.store = r.Options.TombstoneStore
 	if p.store == nil {
 		p.store = &objects.Store{Client: r.Client, Reader: r.APIReader, Index: r.Options.Tombstones}

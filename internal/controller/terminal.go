@@ -116,7 +116,7 @@ func (r *ExternalActionReconciler) resolve(ctx context.Context, xa *actionsv1alp
 		// The status write of a decision is seen before the annotation's removal: that stale read is not a
 		// new, invalid decision, so only the annotation is cleared, without a warning.
 		if res := xa.Status.Resolution; res == nil || res.Decision != decision {
-			r.Recorder.Eventf(xa, nil, corev1.EventTypeWarning, "InvalidDecision", "Resolve", "ignored %s=%q: %v", actionsv1alpha1.AnnotationResolve, decision, err)
+			r.Recorder.Eventf(xa, nil, corev1.EventTypeWarning, actionsv1alpha1.ReasonInvalidDecision, "Resolve", "ignored %s=%q: %v", actionsv1alpha1.AnnotationResolve, decision, err)
 		}
 	} else {
 		upd, err := r.parts.writer.Apply(ctx, xa, step, destID)

@@ -164,8 +164,9 @@ func namespaceTerminating(err error) bool {
 	return errors.As(err, &s) && apierrors.HasStatusCause(s, corev1.NamespaceTerminatingCause)
 }
 
-// finalize runs when an action is being deleted: an open claim is waited for (DESIGN rule 8), then the
-// tombstone is written, then the finalizer goes.
+// finalize runs when an action is being deleted: an open claim is waited for (DESIGN rule 8), then a dead-letter
+// record owed is delivered or given up (internal/deadletter), then the tombstone is written, then the finalizer
+// goes.
 func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(xa, actionsv1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
@@ -174,6 +175,11 @@ func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1al
 	if c := xa.Status.Claim; c != nil && now.Before(c.ExpiresAt.Time) {
 		log.FromContext(ctx).V(1).Info("deletion waits for the open attempt", "attempt", c.Attempt, "until", c.ExpiresAt)
 		return ctrl.Result{RequeueAfter: c.ExpiresAt.Sub(now)}, nil
+	}
+	if res, held, err := r.parts.deadletter.Reconcile(ctx, xa); held {
+		log.FromContext(ctx).V(1).Info("deletion waits for the dead-letter record owed", "sink", xa.Status.DeadLetter.Sink,
+			"state", string(xa.Status.DeadLetter.State))
+		return res, err
 	}
 	if c := xa.Status.Claim; c != nil {
 		// The claim expired without an outcome: settle it as the ledger would, so the tombstone records the

@@ -3,9 +3,12 @@ package deadletter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -64,33 +67,34 @@ type sink struct {
 	id string
 }
 
-// Reconcile moves xa's dead-letter delivery forward by at most one attempt. done is false when there is
-// nothing to do for it (no sink, not due, or final): the caller goes on (with the action's collection).
-// An action whose record is not final is not collected; one whose sink is refused is, once it expires.
+// Reconcile moves xa's owed dead-letter record forward by at most one attempt. held is false when no record is
+// owed or it is final: the caller goes on (with the action's collection, or its finalizer). While held, the
+// action is neither collected nor let go: the record goes to the sink recorded in status.deadLetter (never
+// derived again from the destinations), a sink that is missing or unusable is Refused and the action Stalled
+// (DeadLetterSinkUnavailable) until it is usable again or a person gives the record up (AnnotationDeadLetter).
 // xa may be a trimmed cache copy: the decision is made on it, and made again on a fresh copy from the API
 // server before anything is written or sent (the record carries the action's conditions and response).
 func (m *Manager) Reconcile(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, bool, error) {
-	if Final(xa.Status.DeadLetter) || (xa.Status.DeadLetter == nil && !Due(xa.Status.Phase, anyPhase)) {
+	if !Owed(&xa.Status) {
 		return ctrl.Result{}, false, nil // the happy path costs nothing: no read, no decision
 	}
-	spec := m.sinkOf(ctx, xa)
-	if spec == nil || (xa.Status.DeadLetter == nil && !Due(xa.Status.Phase, spec.Phases)) {
-		return ctrl.Result{}, false, nil
+	if decision, ok := xa.Annotations[actionsv1alpha1.AnnotationDeadLetter]; ok {
+		res, err := m.giveUp(ctx, xa, decision)
+		return res, true, err
 	}
-	s, serr := m.resolveSink(ctx, xa, spec)
+	s, serr := m.resolveSink(ctx, xa, xa.Status.DeadLetter)
 	now := m.Clock.Now()
 	if serr == nil {
-		if cur := xa.Status.DeadLetter; cur != nil {
-			if step := Advance(cur, m.sinkEnv(xa, cur, s.dest, now)); step.Status == nil && step.Kind == ledger.KindWait {
-				return ctrl.Result{RequeueAfter: max(step.At.Sub(now), requeueNow)}, true, nil // no read, no write
-			}
+		cur := xa.Status.DeadLetter
+		if step := Advance(cur, m.sinkEnv(xa, cur, s.dest, now)); step.Status == nil && step.Kind == ledger.KindWait {
+			return ctrl.Result{RequeueAfter: max(step.At.Sub(now), requeueNow)}, true, nil // no read, no write
 		}
 	}
 	fresh := &actionsv1alpha1.ExternalAction{}
 	if err := m.Reader.Get(ctx, client.ObjectKeyFromObject(xa), fresh); err != nil {
 		return ctrl.Result{}, true, client.IgnoreNotFound(err)
 	}
-	if !fresh.Status.Phase.Terminal() || Final(fresh.Status.DeadLetter) {
+	if !Owed(&fresh.Status) || (!fresh.Status.Phase.Terminal() && fresh.DeletionTimestamp.IsZero()) {
 		return ctrl.Result{RequeueAfter: requeueNow}, true, nil // the cache is behind: look again
 	}
 	return m.decide(ctx, fresh, s, serr, now)
@@ -99,12 +103,13 @@ func (m *Manager) Reconcile(ctx context.Context, xa *actionsv1alpha1.ExternalAct
 // decide is Reconcile's decision on a fresh copy of the action.
 func (m *Manager) decide(ctx context.Context, xa *actionsv1alpha1.ExternalAction, s sink, serr error, now time.Time) (ctrl.Result, bool, error) {
 	cur := xa.Status.DeadLetter
-	if cur == nil {
-		cur = Begin(s.id, xa.Status.IdempotencyKey, xa.Status.Phase)
-	}
 	if serr != nil {
-		if exp := xa.Status.ExpiresAt; exp != nil && !now.Before(exp.Time) && cur.Claim == nil {
-			return ctrl.Result{}, false, nil // refused until the action expired: given up with it
+		if !xa.DeletionTimestamp.IsZero() && m.namespaceGoing(ctx, xa.Namespace) {
+			// Holding the finalizer for a sink that cannot be used would keep the namespace Terminating forever.
+			if _, err := m.write(ctx, xa, NamespaceDeleted(cur, serr.Error()), cur.Sink); err != nil {
+				return ctrl.Result{}, true, err
+			}
+			return ctrl.Result{RequeueAfter: requeueNow}, true, nil
 		}
 		return m.refuse(ctx, xa, cur, destination.Reason(serr, actionsv1alpha1.ReasonDestinationNotReady), serr.Error())
 	}
@@ -124,8 +129,67 @@ func (m *Manager) decide(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 	return ctrl.Result{}, false, nil
 }
 
+// Owe is the status writer's Terminal hook: on the status about to be written that ends xa in a terminal phase,
+// it records the dead-letter record owed, if a sink applies (Owe): the action's own spec.deadLetter, else its
+// destination's as the destination resolves now. This is the one moment a sink is looked up from the
+// destinations; from then on the recorded sink is used.
+func (m *Manager) Owe(ctx context.Context, xa *actionsv1alpha1.ExternalAction) {
+	if xa.Status.DeadLetter != nil || !Due(xa.Status.Phase, anyPhase) {
+		return
+	}
+	spec := m.sinkOf(ctx, xa)
+	if spec == nil {
+		return
+	}
+	if Owe(&xa.Status, spec, sinkID(xa, spec.DestinationRef), xa.Generation, m.Clock.Now()) {
+		log.FromContext(ctx).V(1).Info("dead-letter record owed", "sink", xa.Status.DeadLetter.Sink, "phase", string(xa.Status.Phase))
+	}
+}
+
+// giveUp applies a person's decision on the record (AnnotationDeadLetter) on a fresh copy, records it
+// (GiveUp: status, Event, metric) and then removes the annotations. A decision that cannot apply is a Warning
+// Event InvalidDecision; a record already final (a stale read of the write just made) only loses the annotation.
+func (m *Manager) giveUp(ctx context.Context, xa *actionsv1alpha1.ExternalAction, decision string) (ctrl.Result, error) {
+	fresh := &actionsv1alpha1.ExternalAction{}
+	if err := m.Reader.Get(ctx, client.ObjectKeyFromObject(xa), fresh); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	now := m.Clock.Now()
+	step, err := GiveUp(fresh.Status.DeadLetter, decision, fresh.Annotations[actionsv1alpha1.AnnotationDeadLetterReason], now)
+	switch {
+	case err == nil && step.Status == nil: // an open delivery attempt: its answer comes first
+		return ctrl.Result{RequeueAfter: max(step.At.Sub(now), requeueNow)}, nil
+	case err == nil:
+		upd, werr := m.write(ctx, fresh, step, fresh.Status.DeadLetter.Sink)
+		if werr != nil || upd == nil {
+			return ctrl.Result{RequeueAfter: requeueClaimLost}, werr // a Conflict: the next reconcile decides again
+		}
+		log.FromContext(ctx).Info("dead-letter record given up by a person", "sink", upd.Status.DeadLetter.Sink)
+		fresh = upd
+	case !errors.Is(err, ErrFinal):
+		m.Writer.Event(fresh, &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonInvalidDecision,
+			Message: fmt.Sprintf("ignored %s=%q: %v", actionsv1alpha1.AnnotationDeadLetter, decision, err)})
+	}
+	patch := client.MergeFrom(fresh.DeepCopy())
+	delete(fresh.Annotations, actionsv1alpha1.AnnotationDeadLetter)
+	delete(fresh.Annotations, actionsv1alpha1.AnnotationDeadLetterReason)
+	if err := m.Writer.Client.Patch(ctx, fresh, patch); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{RequeueAfter: requeueNow}, nil
+}
+
+// namespaceGoing reports whether namespace is being deleted (read from the API server; an error says no).
+func (m *Manager) namespaceGoing(ctx context.Context, namespace string) bool {
+	ns := &corev1.Namespace{}
+	if err := m.Reader.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		return apierrors.IsNotFound(err)
+	}
+	return !ns.DeletionTimestamp.IsZero()
+}
+
 // sinkOf is the action's own spec.deadLetter, else its destination's; nil when neither has one, or the
-// destination is gone or unusable (then no sink is known, and nothing is delivered).
+// destination is gone or unusable. Only Owe calls it, when the action finishes.
 func (m *Manager) sinkOf(ctx context.Context, xa *actionsv1alpha1.ExternalAction) *actionsv1alpha1.DeadLetterSink {
 	if xa.Spec.DeadLetter != nil {
 		return xa.Spec.DeadLetter
@@ -137,15 +201,35 @@ func (m *Manager) sinkOf(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 	return own.Spec.DeadLetter
 }
 
-// resolveSink resolves spec's sink as the action's namespace sees it: a Destination of that namespace, or a
-// ClusterDestination whose namespaceSelector admits it (destination.Resolver's rules), then reads its
-// Secrets. An error means nothing may be sent (its reason: destination.Reason).
-func (m *Manager) resolveSink(ctx context.Context, xa *actionsv1alpha1.ExternalAction, spec *actionsv1alpha1.DeadLetterSink) (sink, error) {
+// sinkID is the identity of the sink ref as xa's namespace sees it (destination.ID).
+func sinkID(xa *actionsv1alpha1.ExternalAction, ref actionsv1alpha1.DestinationReference) string {
 	probe := &actionsv1alpha1.ExternalAction{}
 	probe.Namespace, probe.Name = xa.Namespace, xa.Name
-	probe.Spec.DestinationRef = spec.DestinationRef
+	probe.Spec.DestinationRef = ref
+	return destination.ID(probe)
+}
+
+// resolveSink resolves the recorded sink cur.Sink as the action's namespace sees it: a Destination of that
+// namespace, or a ClusterDestination whose namespaceSelector admits it (destination.Resolver's rules), with the
+// recorded path and mode. An error means nothing may be sent (its reason: destination.Reason).
+func (m *Manager) resolveSink(ctx context.Context, xa *actionsv1alpha1.ExternalAction, cur *actionsv1alpha1.DeadLetterStatus) (sink, error) {
+	s := sink{id: cur.Sink, spec: &actionsv1alpha1.DeadLetterSink{Path: cur.Path, Mode: cur.Mode}}
+	ref, err := SinkRef(cur.Sink, xa.Namespace)
+	if err != nil {
+		return s, err
+	}
+	s.spec.DestinationRef = ref
+	if cur.Path == "" && cur.Mode == "" {
+		// Recorded by a manager that did not record the path and mode: they are taken from the spec that names
+		// the same sink, if it still does.
+		if spec := m.sinkOf(ctx, xa); spec != nil && sinkID(xa, spec.DestinationRef) == cur.Sink {
+			s.spec.Path, s.spec.Mode = spec.Path, spec.Mode
+		}
+	}
+	probe := &actionsv1alpha1.ExternalAction{}
+	probe.Namespace, probe.Name = xa.Namespace, xa.Name
+	probe.Spec.DestinationRef = ref
 	probe.Spec.Request.Method = http.MethodPost
-	s := sink{spec: spec, id: destination.ID(probe)}
 	dest, err := m.Resolver.Resolve(ctx, probe)
 	if err == nil {
 		err = dest.NotReady()
@@ -286,7 +370,7 @@ func (m *Manager) Record(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 			return ledger.Step{}, false
 		}
 		written = dl
-		return actionStep(st, dl), true
+		return actionStep(st, dl, xa.Generation, m.Clock.Now()), true
 	})
 	switch {
 	case s.Written != nil:
@@ -318,9 +402,10 @@ func (m *Manager) refuse(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 }
 
 // write writes step's status.deadLetter with the status writer's Apply (the resourceVersion of xa: a Conflict
-// returns nil, and nothing may be sent on it). The action's phase and conditions are never changed.
-func (m *Manager) write(ctx context.Context, xa *actionsv1alpha1.ExternalAction, step Step, sinkID string) (*actionsv1alpha1.ExternalAction, error) {
-	upd, err := m.Writer.Apply(ctx, xa, actionStep(&xa.Status, step), sinkID)
+// returns nil, and nothing may be sent on it). The action's phase is never changed; of its conditions only
+// those Show sets.
+func (m *Manager) write(ctx context.Context, xa *actionsv1alpha1.ExternalAction, step Step, id string) (*actionsv1alpha1.ExternalAction, error) {
+	upd, err := m.Writer.Apply(ctx, xa, actionStep(&xa.Status, step, xa.Generation, m.Clock.Now()), id)
 	if upd != nil && err == nil {
 		count(step)
 	}
@@ -334,18 +419,13 @@ func count(step Step) {
 	}
 }
 
-// actionStep is the action's status with step's status.deadLetter, as a ledger step the writer takes.
-func actionStep(cur *actionsv1alpha1.ExternalActionStatus, step Step) ledger.Step {
+// actionStep is the action's status with step's status.deadLetter and the conditions that show it (Show), as a
+// ledger step the writer takes.
+func actionStep(cur *actionsv1alpha1.ExternalActionStatus, step Step, generation int64, now time.Time) ledger.Step {
 	st := cur.DeepCopy()
 	st.DeadLetter = step.Status
+	Show(st, generation, now)
 	return ledger.Step{Kind: ledger.KindNone, Status: st, Event: step.Event}
-}
-
-func pathOf(spec *actionsv1alpha1.DeadLetterSink) string {
-	if spec.Path == "" {
-		return "/"
-	}
-	return spec.Path
 }
 
 // outcomeLabel is the outcome label of DeadLetterDeliveries for a written state.

@@ -12,13 +12,23 @@
 // action's request and never changes the action's phase or conditions; it runs in the dispatcher under the
 // sink's own limits (rule 10), so a failing sink holds back only the records bound for it.
 //
+// The record is an obligation recorded in status, never derived again from objects that may be gone: Owe writes
+// status.deadLetter (sink identity, path and mode) into the same status write that ends the action in one of
+// its sink's phases (the status writer's Terminal hook), and from then on the delivery goes to the recorded
+// sink, whatever the destinations say later. Until the record is final (Delivered, Failed, Uncertain, or
+// GivenUp by a person) the action is neither collected nor let go by its finalizer; a sink that is missing or
+// unusable meanwhile makes the action say so (Stalled, reason DeadLetterSinkUnavailable, naming the sink).
+//
 // This file is the pure part: (status.deadLetter, facts) -> one Step, table-tested like internal/ledger.
 package deadletter
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -58,22 +68,139 @@ func Due(phase actionsv1alpha1.Phase, phases []actionsv1alpha1.DeadLetterPhase) 
 	return false
 }
 
-// Final reports whether the delivery is over: Delivered, Failed or Uncertain. Nothing is sent for it again.
+// Final reports whether the delivery is over: Delivered, Failed, Uncertain or GivenUp. Nothing is sent for it
+// again, and it no longer holds the action.
 func Final(st *actionsv1alpha1.DeadLetterStatus) bool {
 	if st == nil {
 		return false
 	}
 	switch st.State {
-	case actionsv1alpha1.DeadLetterDelivered, actionsv1alpha1.DeadLetterFailed, actionsv1alpha1.DeadLetterUncertain:
+	case actionsv1alpha1.DeadLetterDelivered, actionsv1alpha1.DeadLetterFailed, actionsv1alpha1.DeadLetterUncertain,
+		actionsv1alpha1.DeadLetterGivenUp:
 		return true
 	}
 	return false
+}
+
+// Owed reports whether st holds its action: a record is owed and is not final.
+func Owed(st *actionsv1alpha1.ExternalActionStatus) bool {
+	return st.DeadLetter != nil && !Final(st.DeadLetter)
 }
 
 // Begin is the status of a record newly due for the action in phase with key, to sink.
 func Begin(sink, key string, phase actionsv1alpha1.Phase) *actionsv1alpha1.DeadLetterStatus {
 	return &actionsv1alpha1.DeadLetterStatus{Sink: sink, IdempotencyKey: key + KeySuffix, Phase: phase,
 		State: actionsv1alpha1.DeadLetterPending, Reason: actionsv1alpha1.ReasonDeadLetterRetrying, Message: "due; no delivery attempt yet"}
+}
+
+// Owe records the record owed by an action whose status st is about to be written in a terminal phase, to the
+// sink spec (the action's spec.deadLetter, else its destination's) known as sinkID: status.deadLetter with the
+// sink's identity, path and mode, and the DeadLetterDelivered condition. It changes nothing when a record is
+// already owed or was (one record per action, ever), when spec is nil, or when the phase is not one of the
+// sink's. It reports whether it wrote.
+func Owe(st *actionsv1alpha1.ExternalActionStatus, spec *actionsv1alpha1.DeadLetterSink, sinkID string, generation int64,
+	now time.Time) bool {
+	if st.DeadLetter != nil || spec == nil || !st.Phase.Terminal() || !Due(st.Phase, spec.Phases) {
+		return false
+	}
+	dl := Begin(sinkID, st.IdempotencyKey, st.Phase)
+	dl.Path, dl.Mode = pathOf(spec), modeOf(spec)
+	st.DeadLetter = dl
+	Show(st, generation, now)
+	return true
+}
+
+// SinkRef is the reference of the recorded sink (status.deadLetter.sink, as destination.ID writes it) of an
+// action in namespace: "ClusterDestination/<name>", or "Destination/<namespace>/<name>" of that namespace.
+func SinkRef(sink, namespace string) (actionsv1alpha1.DestinationReference, error) {
+	if name, ok := strings.CutPrefix(sink, "ClusterDestination/"); ok && name != "" && !strings.Contains(name, "/") {
+		return actionsv1alpha1.DestinationReference{Kind: "ClusterDestination", Name: name}, nil
+	}
+	if name, ok := strings.CutPrefix(sink, "Destination/"+namespace+"/"); ok && name != "" && !strings.Contains(name, "/") {
+		return actionsv1alpha1.DestinationReference{Kind: "Destination", Name: name}, nil
+	}
+	return actionsv1alpha1.DestinationReference{}, fmt.Errorf("status.deadLetter.sink %q names no Destination of namespace %s "+
+		"and no ClusterDestination", sink, namespace)
+}
+
+// ErrFinal is GiveUp's answer for a record that is already final: there is nothing to give up.
+var ErrFinal = errors.New("the dead-letter record is already final")
+
+// GiveUp applies a person's decision (annotation actions.actionledger.dev/dead-letter) on a record that is not
+// final: give-up ends it GivenUp, with reason in its message, a Warning Event naming the sink, and no claim or
+// schedule left; nothing is sent for it again. A delivery attempt whose claim is still open is waited for (a
+// KindWait step at its expiry, nothing written): its answer may yet deliver the record. A claim past its expiry
+// is given up with the record (the message says the sink may have it). Any other decision is an error.
+func GiveUp(cur *actionsv1alpha1.DeadLetterStatus, decision, reason string, now time.Time) (Step, error) {
+	if decision != actionsv1alpha1.DeadLetterGiveUp {
+		return Step{}, fmt.Errorf("unknown decision %q: use %s", decision, actionsv1alpha1.DeadLetterGiveUp)
+	}
+	if cur == nil || Final(cur) {
+		return Step{}, ErrFinal
+	}
+	if c := cur.Claim; c != nil && now.Before(c.ExpiresAt.Time) {
+		return Step{Kind: ledger.KindWait, At: c.ExpiresAt.Time}, nil
+	}
+	msg := fmt.Sprintf("given up by a person (%s=%s) after %d delivery attempt(s)", actionsv1alpha1.AnnotationDeadLetter,
+		decision, cur.Attempts)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	return givenUp(cur, msg), nil
+}
+
+// NamespaceDeleted gives up a record that is not final because the action's namespace is being deleted while its
+// sink cannot be used (why): the deletion of the namespace is the person's decision, and holding the action
+// would keep the namespace Terminating forever.
+func NamespaceDeleted(cur *actionsv1alpha1.DeadLetterStatus, why string) Step {
+	return givenUp(cur, fmt.Sprintf("given up: the namespace is being deleted and the sink cannot be used (%s)", why))
+}
+
+// givenUp ends cur GivenUp with msg; a claim still in it is named (the sink may have the record).
+func givenUp(cur *actionsv1alpha1.DeadLetterStatus, msg string) Step {
+	st := cur.DeepCopy()
+	if st.Claim != nil {
+		msg += fmt.Sprintf("; delivery attempt %d has no recorded outcome, so the sink may have the record", st.Claim.Attempt)
+	}
+	st.Claim, st.NextAttemptAt = nil, nil
+	st.State, st.Reason, st.Message = actionsv1alpha1.DeadLetterGivenUp, actionsv1alpha1.ReasonDeadLetterGivenUp, ledger.Truncate(msg)
+	return Step{Kind: ledger.KindNone, Status: st, Event: &ledger.Event{Warning: true, Reason: st.Reason,
+		Message: "dead-letter record to " + st.Sink + ": " + st.Message}}
+}
+
+// Show sets the conditions that say where st's record stands: DeadLetterDelivered (True once Delivered, else
+// False with status.deadLetter's reason and message) and, while the sink cannot be used (Refused), Stalled with
+// reason DeadLetterSinkUnavailable naming the sink: the action is held for it. Once the sink is usable again,
+// Stalled goes back to the outcome's reason and message (those of Ready). Nothing is set without a record.
+func Show(st *actionsv1alpha1.ExternalActionStatus, generation int64, now time.Time) {
+	dl := st.DeadLetter
+	if dl == nil {
+		return
+	}
+	set := func(t string, on bool, reason, msg string) {
+		s := metav1.ConditionFalse
+		if on {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg,
+			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now)})
+	}
+	set(actionsv1alpha1.ConditionDeadLetterDelivered, dl.State == actionsv1alpha1.DeadLetterDelivered, dl.Reason, dl.Message)
+	stalled := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionStalled)
+	switch {
+	case dl.State == actionsv1alpha1.DeadLetterRefused:
+		set(actionsv1alpha1.ConditionStalled, true, actionsv1alpha1.ReasonDeadLetterSinkUnavailable, ledger.Truncate(fmt.Sprintf(
+			"the dead-letter record owed to %s cannot be delivered (%s: %s); the action is kept until it is: make the sink usable "+
+				"again, or give the record up with the annotation %s=%s", dl.Sink, dl.Reason, dl.Message,
+			actionsv1alpha1.AnnotationDeadLetter, actionsv1alpha1.DeadLetterGiveUp)))
+	case stalled != nil && stalled.Reason == actionsv1alpha1.ReasonDeadLetterSinkUnavailable:
+		if ready := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReady); ready != nil && st.Phase.Terminal() &&
+			st.Phase != actionsv1alpha1.PhaseSucceeded {
+			set(actionsv1alpha1.ConditionStalled, true, ready.Reason, ready.Message)
+		} else {
+			meta.RemoveStatusCondition(&st.Conditions, actionsv1alpha1.ConditionStalled)
+		}
+	}
 }
 
 // Refuse records that the sink cannot be used (reason, msg); nothing is sent. It writes only on a change.
@@ -88,13 +215,37 @@ func Refuse(cur *actionsv1alpha1.DeadLetterStatus, reason, msg string) Step {
 		Message: "dead-letter sink " + cur.Sink + " refused: " + msg}}
 }
 
-// Advance decides what to do with a delivery that is not final when no outcome is at hand: wait for an open
-// claim or the schedule, settle an expired claim (DESIGN rule 3), end it at the deadline or the last attempt,
-// or claim the next attempt.
+// Advance decides what to do with a delivery that is not final when no outcome is at hand and the sink can be
+// used: wait for an open claim or the schedule, settle an expired claim (DESIGN rule 3), end it at the deadline
+// or the last attempt, or claim the next attempt. A record Refused before is resumed first: a wait then writes
+// it back to Pending (or Delivering, with its claim), which ends the action's DeadLetterSinkUnavailable stall.
 func Advance(cur *actionsv1alpha1.DeadLetterStatus, env ledger.Env) Step {
 	if Final(cur) {
 		return Step{Kind: ledger.KindNone}
 	}
+	if cur.State == actionsv1alpha1.DeadLetterRefused {
+		resumed := resume(cur)
+		step := advance(resumed, env)
+		if step.Status == nil {
+			step.Status = resumed
+		}
+		return step
+	}
+	return advance(cur, env)
+}
+
+// resume is cur, Refused, with its sink usable again: Delivering while a claim is in it, else Pending.
+func resume(cur *actionsv1alpha1.DeadLetterStatus) *actionsv1alpha1.DeadLetterStatus {
+	st := cur.DeepCopy()
+	st.State, st.Reason = actionsv1alpha1.DeadLetterPending, actionsv1alpha1.ReasonDeadLetterRetrying
+	st.Message = "the sink can be used again; the delivery resumes"
+	if st.Claim != nil {
+		st.State = actionsv1alpha1.DeadLetterDelivering
+	}
+	return st
+}
+
+func advance(cur *actionsv1alpha1.DeadLetterStatus, env ledger.Env) Step {
 	if c := cur.Claim; c != nil {
 		if env.Now.Before(c.ExpiresAt.Time) {
 			return Step{Kind: ledger.KindWait, At: c.ExpiresAt.Time}
@@ -222,4 +373,20 @@ func describe(o ledger.Outcome) string {
 	default:
 		return o.ErrorClass
 	}
+}
+
+// pathOf is spec's path, "/" when empty.
+func pathOf(spec *actionsv1alpha1.DeadLetterSink) string {
+	if spec.Path == "" {
+		return "/"
+	}
+	return spec.Path
+}
+
+// modeOf is spec's mode, Binary when empty.
+func modeOf(spec *actionsv1alpha1.DeadLetterSink) actionsv1alpha1.CloudEventMode {
+	if spec.Mode == "" {
+		return actionsv1alpha1.CloudEventBinary
+	}
+	return spec.Mode
 }

@@ -245,3 +245,182 @@ func TestRecordOf(t *testing.T) {
 		t.Errorf("record %+v", r)
 	}
 }
+
+// exhausted is the status of an action the ledger just ended Exhausted (Ready and Stalled with the outcome).
+func exhausted() *actionsv1alpha1.ExternalActionStatus {
+	st := &actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseExhausted, IdempotencyKey: "ns/a"}
+	for _, c := range []string{actionsv1alpha1.ConditionReady, actionsv1alpha1.ConditionStalled} {
+		s := metav1.ConditionTrue
+		if c == actionsv1alpha1.ConditionReady {
+			s = metav1.ConditionFalse
+		}
+		st.Conditions = append(st.Conditions, metav1.Condition{Type: c, Status: s, Reason: actionsv1alpha1.ReasonAttemptsExhausted,
+			Message: "all 2 attempt(s) were made", LastTransitionTime: metav1.NewTime(t0)})
+	}
+	return st
+}
+
+func condition(st *actionsv1alpha1.ExternalActionStatus, t string) *metav1.Condition {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == t {
+			return &st.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// The obligation is recorded in the write that ends the action: the sink's identity, path and mode, Pending,
+// and the DeadLetterDelivered condition False; only for a phase the sink takes, and only once.
+func TestOweRecordsTheSinkOnce(t *testing.T) {
+	sink := &actionsv1alpha1.DeadLetterSink{DestinationRef: actionsv1alpha1.DestinationReference{Name: "cases"}, Path: "/in"}
+	st := exhausted()
+	if !Owe(st, sink, "Destination/ns/cases", 3, t0) {
+		t.Fatal("Owe of an Exhausted action with a sink wrote nothing")
+	}
+	dl := st.DeadLetter
+	if dl.Sink != "Destination/ns/cases" || dl.Path != "/in" || dl.Mode != actionsv1alpha1.CloudEventBinary ||
+		dl.State != actionsv1alpha1.DeadLetterPending || dl.IdempotencyKey != "ns/a/dead-letter" || dl.Phase != actionsv1alpha1.PhaseExhausted {
+		t.Errorf("owed record %+v", dl)
+	}
+	if c := condition(st, actionsv1alpha1.ConditionDeadLetterDelivered); c == nil || c.Status != metav1.ConditionFalse ||
+		c.Reason != actionsv1alpha1.ReasonDeadLetterRetrying || c.ObservedGeneration != 3 {
+		t.Errorf("DeadLetterDelivered condition %+v", c)
+	}
+	if c := condition(st, actionsv1alpha1.ConditionStalled); c.Reason != actionsv1alpha1.ReasonAttemptsExhausted {
+		t.Errorf("Stalled changed to %s by a record that is merely owed", c.Reason)
+	}
+	other := &actionsv1alpha1.DeadLetterSink{DestinationRef: actionsv1alpha1.DestinationReference{Name: "other"}}
+	if Owe(st, other, "Destination/ns/other", 3, t0) || st.DeadLetter.Sink != "Destination/ns/cases" {
+		t.Errorf("a second Owe replaced the recorded obligation: %+v", st.DeadLetter)
+	}
+	for name, c := range map[string]struct {
+		phase actionsv1alpha1.Phase
+		sink  *actionsv1alpha1.DeadLetterSink
+	}{
+		"no sink":          {actionsv1alpha1.PhaseExhausted, nil},
+		"Succeeded":        {actionsv1alpha1.PhaseSucceeded, sink},
+		"not one of its":   {actionsv1alpha1.PhaseFailed, &actionsv1alpha1.DeadLetterSink{Phases: []actionsv1alpha1.DeadLetterPhase{"Exhausted"}}},
+		"OutcomeUnknown":   {actionsv1alpha1.PhaseOutcomeUnknown, sink},
+		"not yet terminal": {actionsv1alpha1.PhaseInProgress, sink},
+	} {
+		st := exhausted()
+		st.Phase = c.phase
+		if Owe(st, c.sink, "Destination/ns/cases", 1, t0) || st.DeadLetter != nil {
+			t.Errorf("%s: a record was owed: %+v", name, st.DeadLetter)
+		}
+	}
+}
+
+func TestSinkRef(t *testing.T) {
+	for _, c := range []struct {
+		sink string
+		want actionsv1alpha1.DestinationReference
+		ok   bool
+	}{
+		{"Destination/ns/cases", actionsv1alpha1.DestinationReference{Kind: "Destination", Name: "cases"}, true},
+		{"ClusterDestination/cases", actionsv1alpha1.DestinationReference{Kind: "ClusterDestination", Name: "cases"}, true},
+		{"Destination/other/cases", actionsv1alpha1.DestinationReference{}, false}, // never another namespace's
+		{"Destination/ns/", actionsv1alpha1.DestinationReference{}, false},
+		{"ClusterDestination/a/b", actionsv1alpha1.DestinationReference{}, false},
+		{"cases", actionsv1alpha1.DestinationReference{}, false},
+	} {
+		got, err := SinkRef(c.sink, "ns")
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("SinkRef(%q) = %+v, %v; want %+v (ok %v)", c.sink, got, err, c.want, c.ok)
+		}
+	}
+}
+
+// A sink that cannot be used holds the action and says so: Stalled with reason DeadLetterSinkUnavailable naming
+// the sink; once the sink is usable again Stalled goes back to the outcome's reason and message.
+func TestShowStallsWhileTheSinkIsUnusable(t *testing.T) {
+	st := exhausted()
+	Owe(st, &actionsv1alpha1.DeadLetterSink{}, "Destination/ns/cases", 1, t0)
+	refused := Refuse(st.DeadLetter, actionsv1alpha1.ReasonDestinationNotReady, `Destination "cases" not found`)
+	st.DeadLetter = refused.Status
+	Show(st, 1, t0)
+	c := condition(st, actionsv1alpha1.ConditionStalled)
+	if c.Status != metav1.ConditionTrue || c.Reason != actionsv1alpha1.ReasonDeadLetterSinkUnavailable ||
+		!strings.Contains(c.Message, "Destination/ns/cases") || !strings.Contains(c.Message, actionsv1alpha1.AnnotationDeadLetter) {
+		t.Errorf("Stalled while the sink is gone: %+v", c)
+	}
+	if d := condition(st, actionsv1alpha1.ConditionDeadLetterDelivered); d.Reason != actionsv1alpha1.ReasonDestinationNotReady {
+		t.Errorf("DeadLetterDelivered reason %s, want the refusal's", d.Reason)
+	}
+	st.DeadLetter = claimedAt(t, 1)
+	Show(st, 1, t0)
+	if c := condition(st, actionsv1alpha1.ConditionStalled); c.Reason != actionsv1alpha1.ReasonAttemptsExhausted ||
+		c.Message != "all 2 attempt(s) were made" {
+		t.Errorf("Stalled once the sink is back: %+v; want the outcome's again", c)
+	}
+	step, _ := RecordOutcome(st.DeadLetter, 1, ledger.Outcome{Class: retry.ClassSuccess, StatusCode: 201, FinishedAt: t0}, env())
+	st.DeadLetter = step.Status
+	Show(st, 1, t0)
+	if d := condition(st, actionsv1alpha1.ConditionDeadLetterDelivered); d.Status != metav1.ConditionTrue {
+		t.Errorf("DeadLetterDelivered after delivery: %+v", d)
+	}
+	if Owed(st) {
+		t.Error("a delivered record still holds the action")
+	}
+}
+
+// A person's give-up ends a record that is not final, whatever its state, and releases the action; an open
+// delivery attempt is waited for; a final record and an unknown decision are refused.
+func TestGiveUp(t *testing.T) {
+	refused := Refuse(Begin("Destination/ns/cases", "ns/a", actionsv1alpha1.PhaseExhausted), actionsv1alpha1.ReasonDestinationNotReady, "gone").Status
+	step, err := GiveUp(refused, actionsv1alpha1.DeadLetterGiveUp, "ticket 42 opened by hand", t0)
+	if err != nil || step.Status == nil || step.Status.State != actionsv1alpha1.DeadLetterGivenUp ||
+		step.Status.Reason != actionsv1alpha1.ReasonDeadLetterGivenUp || !strings.Contains(step.Status.Message, "ticket 42 opened by hand") {
+		t.Fatalf("give-up of a refused record: %+v, %v", step.Status, err)
+	}
+	if step.Event == nil || !step.Event.Warning || step.Event.Reason != actionsv1alpha1.ReasonDeadLetterGivenUp ||
+		!strings.Contains(step.Event.Message, "Destination/ns/cases") {
+		t.Errorf("give-up Event %+v", step.Event)
+	}
+	if !Final(step.Status) {
+		t.Error("a given-up record is not final: it would hold the action")
+	}
+
+	open := claimedAt(t, 1)
+	if step, err := GiveUp(open, actionsv1alpha1.DeadLetterGiveUp, "", t0.Add(time.Second)); err != nil || step.Status != nil ||
+		step.Kind != ledger.KindWait || !step.At.Equal(open.Claim.ExpiresAt.Time) {
+		t.Errorf("give-up during an open delivery attempt: %+v, %v; want a wait until the claim expires", step, err)
+	}
+	step, err = GiveUp(open, actionsv1alpha1.DeadLetterGiveUp, "", open.Claim.ExpiresAt.Time)
+	if err != nil || step.Status.Claim != nil || !strings.Contains(step.Status.Message, "the sink may have the record") {
+		t.Errorf("give-up after the claim expired: %+v, %v", step.Status, err)
+	}
+
+	if _, err := GiveUp(step.Status, actionsv1alpha1.DeadLetterGiveUp, "", t0); err == nil {
+		t.Error("give-up of a final record was accepted")
+	}
+	if _, err := GiveUp(refused, "later", "", t0); err == nil || !strings.Contains(err.Error(), "give-up") {
+		t.Errorf("unknown decision: %v; want an error naming give-up", err)
+	}
+	ns := NamespaceDeleted(refused, `Destination "cases" not found`)
+	if ns.Status.State != actionsv1alpha1.DeadLetterGivenUp || !strings.Contains(ns.Status.Message, "namespace is being deleted") {
+		t.Errorf("NamespaceDeleted: %+v", ns.Status)
+	}
+}
+
+// A record Refused while its sink was gone resumes once the sink can be used: at once when an attempt is due,
+// and otherwise written back to Pending (a wait until its schedule), so that the action's stall ends.
+func TestAdvanceResumesARefusedRecord(t *testing.T) {
+	pending := Begin("Destination/ns/sink", "ns/a", actionsv1alpha1.PhaseExhausted)
+	pending.Attempts, pending.StatusCode = 1, 503
+	pending.NextAttemptAt = ledger.PtrTime(t0.Add(10 * time.Second))
+	refused := Refuse(pending, actionsv1alpha1.ReasonDestinationNotReady, "gone").Status
+
+	step := Advance(refused, env())
+	if step.Kind != ledger.KindWait || step.Status == nil || step.Status.State != actionsv1alpha1.DeadLetterPending ||
+		step.Status.Reason != actionsv1alpha1.ReasonDeadLetterRetrying || !step.At.Equal(t0.Add(10*time.Second)) {
+		t.Errorf("sink back before the next attempt: %+v at %s; want Pending written and a wait for the schedule", step.Status, step.At)
+	}
+	step = Advance(refused, env(func(e *ledger.Env) { e.Now = t0.Add(11 * time.Second) }))
+	if step.Kind != ledger.KindSend || step.Status.State != actionsv1alpha1.DeadLetterDelivering || step.Status.Claim.Attempt != 2 {
+		t.Errorf("sink back after the next attempt was due: %s %+v; want attempt 2 claimed", step.Kind, step.Status)
+	}
+	if step := Advance(pending, env()); step.Status != nil {
+		t.Errorf("a Pending record waiting for its schedule writes %+v", step.Status)
+	}
+}

@@ -72,6 +72,10 @@ type Writer struct {
 	Clock clock.PassiveClock
 	// AllEvents emits the Normal Succeeded Event of a plain success too (manager flag --events=all).
 	AllEvents bool
+	// Terminal runs on the status about to be written (Apply, Settle) when the write ends the action in a
+	// terminal phase, before the write: it adds what must be recorded in the same write as the phase (the
+	// dead-letter record owed, internal/deadletter). It may change xa.Status only. nil: nothing.
+	Terminal func(ctx context.Context, xa *actionsv1alpha1.ExternalAction)
 	// Finished runs after a terminal phase was written (the destination's limiter forgets the key, the subject
 	// is released); nil: nothing.
 	Finished func(xa *actionsv1alpha1.ExternalAction)
@@ -118,6 +122,7 @@ func (w *Writer) Apply(ctx context.Context, xa *actionsv1alpha1.ExternalAction, 
 	}
 	upd := xa.DeepCopy()
 	upd.Status = *step.Status
+	w.terminal(ctx, xa.Status.Phase, upd)
 	if err := w.update(ctx, upd); err != nil {
 		if errors.Is(err, ErrRefused) {
 			return nil, w.Refused(upd, "the status", err)
@@ -172,6 +177,7 @@ func (w *Writer) Settle(ctx context.Context, cur *actionsv1alpha1.ExternalAction
 		if ok {
 			upd := cur.DeepCopy()
 			upd.Status = *step.Status
+			w.terminal(ctx, cur.Status.Phase, upd)
 			if err = w.update(ctx, upd); err == nil {
 				w.afterWrite(ctx, cur.Status.Phase, upd, step, "")
 				return Settled{Written: upd, Step: step, From: cur}
@@ -205,6 +211,17 @@ func (w *Writer) Settle(ctx context.Context, cur *actionsv1alpha1.ExternalAction
 			backoff.Steps-- // a Conflict costs a step of the bound too, but no sleep: the fresh copy decides again
 		}
 	}
+}
+
+// terminal runs the Terminal hook on upd, about to be written over a status in phase prev, when the write ends
+// the action: the phase changes to a terminal one. The hook works on a copy of the decided status (the step's
+// status is not changed).
+func (w *Writer) terminal(ctx context.Context, prev actionsv1alpha1.Phase, upd *actionsv1alpha1.ExternalAction) {
+	if w.Terminal == nil || upd.Status.Phase == prev || !upd.Status.Phase.Terminal() {
+		return
+	}
+	upd.Status = *upd.Status.DeepCopy()
+	w.Terminal(ctx, upd)
 }
 
 // Refused reports a status write refused even without the destination's values (ErrRefused): a Warning Event

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/deadletter"
@@ -218,4 +221,124 @@ func TestDeadLetterRetriesAndRefusal(t *testing.T) {
 	if !strings.Contains(out, "namespaceSelector") {
 		t.Errorf("status.deadLetter.message %q does not say why", out)
 	}
+}
+
+// A dead letter is never lost: the record an action owes is recorded in its status when it finishes, and holds
+// the action until the record is delivered or a person gives it up, whatever becomes of the destinations. Two
+// actions exhaust and owe a record to the sink, whose first answer to each is a 503 (retried in 10 s). The sink
+// Destination is then deleted while both records are pending:
+//   - "kept" (ttlSecondsAfterFinished 1) is past its expiresAt and still there, Stalled with reason
+//     DeadLetterSinkUnavailable naming the sink; once the sink is created again its record is delivered exactly
+//     once, and only then is the action collected.
+//   - "dropped" is deleted by a person: the deletion waits for its record, until the person gives the record up
+//     (actions.actionledger.dev/dead-letter=give-up), which is recorded (Event DeadLetterGivenUp) and lets it go.
+func TestDeadLetterHeldWhileTheSinkIsGone(t *testing.T) {
+	env, err := envtestutil.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Env.Stop() })
+	kubeconfig := env.Kubeconfig(t)
+	ctx := context.Background()
+
+	pay, payURL := envtestutil.DestinationServer(t, destination.Options{})
+	sink, sinkURL := envtestutil.DestinationServer(t, destination.Options{Dedup: true})
+	ns := env.Namespace(t)
+	names := []string{"kept", "dropped"}
+	for _, n := range names {
+		pay.Script(ns+"/"+n, destination.Repeat(5, destination.Step{Status: 503, Body: `{"error":"busy"}`})...)
+		sink.Script(ns+"/"+n+deadletter.KeySuffix, destination.Step{Status: 503})
+	}
+	five := int32(5)
+	sinkSpec := func(s *actionsv1alpha1.DestinationSpec) {
+		s.Idempotency = &actionsv1alpha1.IdempotencyConfig{Supported: true}
+		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{MaxAttempts: &five, InitialBackoff: seconds(10 * time.Second),
+			MaxBackoff: seconds(10 * time.Second), Jitter: actionsv1alpha1.JitterNone}
+	}
+	env.CreateDestination(t, ns, "sink", sinkURL, sinkSpec)
+	env.CreateDestination(t, ns, "pay", payURL, exhausting(actionsv1alpha1.DestinationReference{Name: "sink"}))
+	startManager(t, kubeconfig)
+
+	kept := envtestutil.Action(ns, "kept", "pay", "/refunds", `{"order":1}`)
+	one := int32(1)
+	kept.Spec.TTLSecondsAfterFinished = &one
+	env.Create(t, kept)
+	env.Create(t, envtestutil.Action(ns, "dropped", "pay", "/refunds", `{"order":2}`))
+	for _, n := range names {
+		env.WaitFor(t, ns, n, time.Minute, "the first delivery answered 503, the next one scheduled", func(xa *actionsv1alpha1.ExternalAction) bool {
+			dl := xa.Status.DeadLetter
+			return dl != nil && dl.State == actionsv1alpha1.DeadLetterPending && dl.StatusCode == 503 && dl.NextAttemptAt != nil
+		})
+	}
+	if err := env.Client.Delete(ctx, &actionsv1alpha1.Destination{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sink"}}); err != nil {
+		t.Fatalf("deleting the sink: %v", err)
+	}
+
+	sinkID := "Destination/" + ns + "/sink"
+	xa := env.WaitFor(t, ns, "kept", time.Minute, "Stalled DeadLetterSinkUnavailable naming the sink", func(xa *actionsv1alpha1.ExternalAction) bool {
+		c := conditionOf(xa, actionsv1alpha1.ConditionStalled)
+		return c != nil && c.Reason == actionsv1alpha1.ReasonDeadLetterSinkUnavailable && strings.Contains(c.Message, sinkID)
+	})
+	if dl := xa.Status.DeadLetter; dl.State != actionsv1alpha1.DeadLetterRefused || dl.Sink != sinkID || dl.Path != "/dead-letters" {
+		t.Errorf("kept: status.deadLetter %s; want Refused, the sink and path as recorded when the action finished", envtestutil.JSON(dl))
+	}
+	if exp := xa.Status.ExpiresAt; exp == nil || !time.Now().After(exp.Time) {
+		t.Fatalf("kept: expiresAt %v is not past; the test must wait past it", exp)
+	}
+	envtestutil.Consistently(t, 3*time.Second, envtestutil.Say("kept, past its expiresAt with its record owed, is not collected"), func() bool {
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(kept), &actionsv1alpha1.ExternalAction{}) == nil
+	})
+
+	// A person deletes "dropped": the deletion waits for the record owed, until the person gives it up.
+	dropped := env.Get(t, ns, "dropped")
+	if err := env.Client.Delete(ctx, dropped); err != nil {
+		t.Fatalf("deleting dropped: %v", err)
+	}
+	env.WaitFor(t, ns, "dropped", time.Minute, "deletion held, Stalled naming the sink", func(xa *actionsv1alpha1.ExternalAction) bool {
+		c := conditionOf(xa, actionsv1alpha1.ConditionStalled)
+		return !xa.DeletionTimestamp.IsZero() && c != nil && c.Reason == actionsv1alpha1.ReasonDeadLetterSinkUnavailable
+	})
+	envtestutil.Consistently(t, 2*time.Second, envtestutil.Say("dropped's deletion waits for its record"), func() bool {
+		return env.Client.Get(ctx, client.ObjectKeyFromObject(dropped), &actionsv1alpha1.ExternalAction{}) == nil
+	})
+	env.Annotate(t, ns, "dropped", map[string]string{actionsv1alpha1.AnnotationDeadLetter: actionsv1alpha1.DeadLetterGiveUp,
+		actionsv1alpha1.AnnotationDeadLetterReason: "case opened by hand"})
+	gone(t, env, ns, "dropped")
+	env.WaitEvent(t, ns, "dropped", corev1.EventTypeWarning, actionsv1alpha1.ReasonDeadLetterGivenUp, 10*time.Second)
+
+	// The sink comes back: kept's record is delivered exactly once, then kept is collected.
+	env.CreateDestination(t, ns, "sink", sinkURL, sinkSpec)
+	gone(t, env, ns, "kept")
+	if got := sink.Effects(ns + "/kept" + deadletter.KeySuffix); got != 1 {
+		t.Errorf("kept: the sink applied %d dead-letter records, want exactly 1", got)
+	}
+	if got := sink.Requests(ns + "/kept" + deadletter.KeySuffix); got != 2 {
+		t.Errorf("kept: the sink got %d deliveries, want 2 (the 503, then the delivery)", got)
+	}
+	if got := sink.Requests(ns + "/dropped" + deadletter.KeySuffix); got != 1 {
+		t.Errorf("dropped: the sink got %d deliveries, want only the first 503 (the record was given up)", got)
+	}
+	env.WaitEvent(t, ns, "kept", corev1.EventTypeNormal, actionsv1alpha1.ReasonDeadLetterDelivered, 10*time.Second)
+}
+
+// conditionOf is the condition t of xa, or nil.
+func conditionOf(xa *actionsv1alpha1.ExternalAction, t string) *metav1.Condition {
+	for i := range xa.Status.Conditions {
+		if xa.Status.Conditions[i].Type == t {
+			return &xa.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// gone waits until the action ns/name no longer exists.
+func gone(t *testing.T, env *envtestutil.Env, ns, name string) {
+	t.Helper()
+	var last *actionsv1alpha1.ExternalAction
+	envtestutil.Eventually(t, time.Minute, func() string {
+		return ns + "/" + name + " gone; last " + envtestutil.JSON(last)
+	}, func() bool {
+		last = &actionsv1alpha1.ExternalAction{}
+		return apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, last))
+	})
 }
