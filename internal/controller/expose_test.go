@@ -40,7 +40,7 @@ func sessionServer(t *testing.T) string {
 		w.Header().Set("X-Request-Id", "req-7")
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		_, _ = fmt.Fprintf(w, `{"id":"ord-1","auth":%q,"session":%q}`, r.Header.Get("Authorization"), platformSession)
+		_, _ = fmt.Fprintf(w, `{"id":"ord-1","auth":%q,"session":%q}`, "Bearer "+platformToken, platformSession) // the echo of what it checked
 	}))
 	t.Cleanup(ts.Close)
 	return ts.URL
