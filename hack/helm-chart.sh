@@ -33,11 +33,13 @@ for f in Chart.yaml values.yaml; do
 done
 (cd "${tmp}" && "${KUBEBUILDER}" edit --plugins=helm/v2-alpha --manifests=install.yaml --output-dir=dist)
 # The admission policies and their bindings (config/admission) render only when their value is enabled
-# (.Values.finalizerPolicy.enabled, .Values.requestedByPolicy.enabled, .Values.hmacPayloadPolicy.enabled) and the cluster serves
+# (.Values.finalizerPolicy.enabled, .Values.requestedByPolicy.enabled, .Values.hmacPayloadPolicy.enabled,
+# .Values.responseExposePolicy.enabled) and the cluster serves
 # admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36+), so the chart still installs on
 # older clusters, where the manager adds the finalizer itself and requested-by is what the creator wrote. The
 # plugin cannot express the condition: it is added here.
-for policy in externalaction-finalizer:finalizerPolicy externalaction-requested-by:requestedByPolicy destination-hmac-payload:hmacPayloadPolicy; do
+for policy in externalaction-finalizer:finalizerPolicy externalaction-requested-by:requestedByPolicy destination-hmac-payload:hmacPayloadPolicy \
+  clusterdestination-response-expose:responseExposePolicy; do
   name=${policy%%:*}
   cond="{{- if and .Values.${policy#*:}.enabled (.Capabilities.APIVersions.Has \"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy\") }}"
   for f in "${name}.yaml" "${name}-binding.yaml"; do

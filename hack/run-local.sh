@@ -285,12 +285,12 @@ wait_until "namespace default" "${pids[1]}" "${kubectl}" get namespace default
 log "installing the CRDs (config/crd/bases)"
 "${kubectl}" apply -f config/crd/bases >/dev/null
 "${kubectl}" wait --for=condition=Established --timeout="${timeout}s" -f config/crd/bases >/dev/null
-# The finalizer, the requested-by annotation and the signing.hmac.payload default at admission, as
+# The finalizer, the requested-by annotation, the signing.hmac.payload and response.expose defaults at admission, as
 # config/default ships them (the local 1.37 API server serves MutatingAdmissionPolicy;
 # docs/retention.md#deletion, docs/gateway.md, docs/auth.md).
 log "installing the admission policies (config/admission)"
 "${kubectl}" apply -f config/admission/finalizer_policy.yaml -f config/admission/requested_by_policy.yaml \
-  -f config/admission/hmac_payload_policy.yaml >/dev/null
+  -f config/admission/hmac_payload_policy.yaml -f config/admission/response_expose_policy.yaml >/dev/null
 # A MutatingAdmissionPolicy needs the CRD's published OpenAPI schema, which a loaded API server publishes some
 # seconds after Established (until then a create is refused: "Resource kind ... not found"). A server-side dry
 # run goes through admission: wait until it passes.

@@ -627,13 +627,47 @@ type DestinationList struct {
 	Items           []Destination `json:"items"`
 }
 
-// ClusterDestinationSpec is a DestinationSpec plus the namespaces allowed to use it.
+// ClusterResponsePolicy is what a ClusterDestination lets its tenants read of the responses it gets.
+type ClusterResponsePolicy struct {
+	// expose lists the parts of each response (to an attempt, a post-check or a dead-letter delivery) that the sending namespace may read: its status (status.response, status.lastError, conditions and Events), spec.successWhen, spec.outputs and the dead-letter record all see the status code and these parts only, after the destination's Secret values are redacted. An empty expose ({}) shows the status code alone, and it is what a new ClusterDestination gets when expose is not written (from the admission policy config/admission/response_expose_policy.yaml, Kubernetes 1.36+; without the policy a new ClusterDestination without expose is refused). A ClusterDestination stored before the field existed has none and shows its tenants the whole response, as before, until expose is set; once set it cannot be removed. The Retry-After header is read by the manager whatever expose says (it schedules the next attempt, whose time is in status anyway), and reconciliation.applied and notApplied, written on the ClusterDestination by its admin, see the whole response.
+	// +optional
+	Expose *ResponseExposure `json:"expose,omitempty"`
+}
+
+// ResponseExposure names the response headers and the parts of a JSON response body that tenants may read.
+type ResponseExposure struct {
+	// headers are the response header names whose values tenants may read, compared case-insensitively; each must be an RFC 9110 token (section 5.6.2). Headers that carry a session or a credential the destination issued for the platform's credentials may not be listed: Set-Cookie, Set-Cookie2, Cookie, Authorization, Proxy-Authorization, Authentication-Info and Proxy-Authentication-Info. status.response.headers keeps only Location, Content-Type, Idempotent-Replayed and Retry-After of them; successWhen and outputs see all of them.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern="^[-0-9A-Za-z!#$%&'*+.^_`|~]+$"
+	// +kubebuilder:validation:XValidation:rule=`self.all(h, !(h.lowerAscii() in ['set-cookie', 'set-cookie2', 'cookie', 'authorization', 'proxy-authorization', 'authentication-info', 'proxy-authentication-info']))`,message="response.expose.headers may not name Set-Cookie, Set-Cookie2, Cookie, Authorization, Proxy-Authorization, Authentication-Info or Proxy-Authentication-Info: they carry a session or credential the destination issued for the platform's credentials, with which a tenant could act outside this ClusterDestination's base path, limits and namespaceSelector; remove the name"
+	// +listType=set
+	Headers []string `json:"headers,omitempty"`
+
+	// body lists JSON Pointers (RFC 6901) into the response body, such as /id or /items/0/status: tenants see a JSON body made of the values at these pointers, at their places (an object keeps only the exposed members; an array keeps the exposed elements at their indices, with null before them), and nothing else of it. "" is the whole body, whatever its content type. A body that is not one whole JSON value (not JSON, or cut by the manager's size limit), or in which no pointer is found, is shown to tenants as empty. With the whole body exposed, status.response.bodySHA256 is kept too; otherwise it is left out (a hash of a body with few possible values would tell it).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=256
+	// +kubebuilder:validation:items:Pattern=`^(/([^~]|~[01])*)*$`
+	// +listType=set
+	Body []string `json:"body,omitempty"`
+}
+
+// ClusterDestinationSpec is a DestinationSpec plus the namespaces allowed to use it and what they may read of its responses.
+// The response.expose rule is a transition rule (optionalOldSelf), as the keyFormat rule: a ClusterDestination stored before response.expose existed keeps working, and may be edited, without it (its tenants keep seeing the whole response); a new ClusterDestination must have it (the admission policy config/admission/response_expose_policy.yaml writes {} when it is absent), and once set it cannot be removed.
+// +kubebuilder:validation:XValidation:rule=`(has(self.response) && has(self.response.expose)) || (oldSelf.hasValue() && !(has(oldSelf.value().response) && has(oldSelf.value().response.expose)))`,optionalOldSelf=true,fieldPath=".response",message="a ClusterDestination must say what its tenants may read of its responses: set response.expose, for example {} (the status code only) or {headers: [X-Request-Id], body: [/id]}; the admission policy config/admission/response_expose_policy.yaml sets {} when it is installed (see docs/security.md); once set, response.expose cannot be removed"
 // The keyFormat rule is a transition rule (optionalOldSelf): a stored ClusterDestination whose keyFormat was accepted by an earlier, looser rule keeps working, and may be edited, as long as the keyFormat itself is left unchanged; a new or changed keyFormat must satisfy the rule.
 // +kubebuilder:validation:XValidation:rule=`(has(self.idempotency) && has(self.idempotency.keyFormat) && self.idempotency.keyFormat.size() > 0 ? (self.idempotency.keyFormat.matches('^[^{]*[{]namespace[}][^-a-z0-9{]') && self.idempotency.keyFormat.contains('{name}')) || (self.idempotency.keyFormat.matches('^[^{]*[{]name[}][^-a-z0-9.{]') && self.idempotency.keyFormat.contains('{namespace}')) : true) || (oldSelf.hasValue() && has(oldSelf.value().idempotency) && has(oldSelf.value().idempotency.keyFormat) && has(self.idempotency) && has(self.idempotency.keyFormat) && oldSelf.value().idempotency.keyFormat == self.idempotency.keyFormat)`,optionalOldSelf=true,fieldPath=".idempotency.keyFormat",message="keyFormat of a ClusterDestination must contain {namespace} and {name}, the first of the two preceded by text without '{' and followed by a character that cannot occur in it (after {namespace} not a-z, 0-9, '-' or '{', such as '/', '.' or ':'; after {name} not a-z, 0-9, '-', '.' or '{', such as '/' or ':'), for example {namespace}/{name}: every namespace may use it, and otherwise two tenants' actions can send the same key ({namespace}-{name} gives team-a-pay-1 for both team/a-pay-1 and team-a/pay-1)"
 // +kubebuilder:validation:XValidation:rule="!has(self.deadLetter) || self.deadLetter.destinationRef.kind == 'ClusterDestination'",message="deadLetter.destinationRef of a ClusterDestination must name a ClusterDestination (kind: ClusterDestination): a Destination would be looked up in each action's namespace, where its tenant controls it"
 // +kubebuilder:validation:XValidation:rule="!has(self.serviceAccountName)",message="serviceAccountName is for namespaced Destinations: a ClusterDestination reads its Secrets in the controller's namespace with the manager's rights; remove serviceAccountName"
 type ClusterDestinationSpec struct {
 	DestinationSpec `json:",inline"`
+
+	// response says what the tenants' actions may read of this ClusterDestination's responses.
+	// +optional
+	Response *ClusterResponsePolicy `json:"response,omitempty"`
 
 	// namespaceSelector selects, by their labels, the namespaces whose ExternalActions may use this ClusterDestination. When omitted every namespace may use it; an empty selector ({}) also matches every namespace. An action in a namespace that does not match gets nothing sent and waits in phase Pending with reason NamespaceNotAllowed; it proceeds when the namespace's labels change to match.
 	// +optional

@@ -79,6 +79,7 @@ func TestClusterDestinationNamespaceSelector(t *testing.T) {
 		Spec: actionsv1alpha1.ClusterDestinationSpec{
 			DestinationSpec:   actionsv1alpha1.DestinationSpec{URL: url},
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "a"}},
+			Response:          &actionsv1alpha1.ClusterResponsePolicy{Expose: &actionsv1alpha1.ResponseExposure{}},
 		},
 	}
 	env.Create(t, cd)

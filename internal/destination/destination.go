@@ -154,6 +154,9 @@ type Resolved struct {
 	// ClusterDestination.
 	secretNS string
 	cluster  bool
+	// expose is what the action's namespace may read of the responses (a ClusterDestination's
+	// spec.response.expose; nil: the whole response). LoadCredentials puts it into Redactor.
+	expose *redact.Exposure
 	// ready is the destination's Ready condition as its validator wrote it (nil before the first validation),
 	// and generation its metadata.generation.
 	ready      *metav1.Condition
@@ -171,6 +174,7 @@ func (r *Resolver) Resolve(ctx context.Context, xa *actionsv1alpha1.ExternalActi
 	var id, secretNS string
 	var ready *metav1.Condition
 	var generation int64
+	var expose *redact.Exposure
 	switch ref.Kind {
 	case KindClusterDestination:
 		cd := &actionsv1alpha1.ClusterDestination{}
@@ -185,6 +189,7 @@ func (r *Resolver) Resolve(ctx context.Context, xa *actionsv1alpha1.ExternalActi
 		}
 		spec, id, secretNS = &cd.Spec.DestinationSpec, "ClusterDestination/"+ref.Name, r.ControllerNamespace
 		ready, generation = meta.FindStatusCondition(cd.Status.Conditions, actionsv1alpha1.ConditionReady), cd.Generation
+		expose = Exposure(cd)
 	default:
 		d := &actionsv1alpha1.Destination{}
 		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: xa.Namespace, Name: ref.Name}, d); err != nil {
@@ -201,7 +206,19 @@ func (r *Resolver) Resolve(ctx context.Context, xa *actionsv1alpha1.ExternalActi
 	}
 	rd := withDefaults(id, spec)
 	rd.secretNS, rd.cluster, rd.ready, rd.generation = secretNS, ref.Kind == KindClusterDestination, ready, generation
+	rd.expose = expose
 	return rd, nil
+}
+
+// Exposure is what the namespaces that send to cd may read of its responses (spec.response.expose), or nil
+// for the whole response: a ClusterDestination stored before the field existed, which keeps what its tenants
+// saw until its admin sets it (the API server requires it of a new one).
+func Exposure(cd *actionsv1alpha1.ClusterDestination) *redact.Exposure {
+	rp := cd.Spec.Response
+	if rp == nil || rp.Expose == nil {
+		return nil
+	}
+	return &redact.Exposure{Headers: rp.Expose.Headers, Body: rp.Expose.Body}
 }
 
 // withDefaults is spec resolved as destination id with every default applied (CONTRACT).
@@ -289,7 +306,7 @@ func (r *Resolver) LoadCredentials(ctx context.Context, rd *Resolved) error {
 	if rd.Signer, more, err = sr.signer(rd.Spec.Signing); err != nil {
 		return err
 	}
-	rd.Redactor = redact.New(append(secrets, more...)...)
+	rd.Redactor = redact.New(append(secrets, more...)...).Exposing(rd.expose)
 	rd.tokens, rd.clock = r.tokenCache, r.Clock
 	return nil
 }

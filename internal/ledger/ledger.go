@@ -879,11 +879,18 @@ func describe(o Outcome) string {
 	}
 }
 
+// lastError is status.lastError of an outcome that is not a success: its class and describe(o), and after a
+// status code the error that came with it (spec.successWhen failing to evaluate on the response), which
+// describe leaves out.
 func lastError(o Outcome) string {
 	if o.Class == retry.ClassSuccess {
 		return ""
 	}
-	return Truncate(string(o.Class) + ": " + describe(o))
+	msg := string(o.Class) + ": " + describe(o)
+	if o.StatusCode != 0 && o.Error != "" {
+		msg += "; " + o.Error
+	}
+	return Truncate(msg)
 }
 
 // maxMessageLen caps the messages the ledger stores in status (lastError, resolution reason), in bytes; the

@@ -385,6 +385,30 @@ func TestRecordStaleAttempt(t *testing.T) {
 	}
 }
 
+// lastError names the class and the status code, and after it the error that came with the response (a
+// successWhen that failed to evaluate on it), which the status code alone would hide.
+func TestRecordLastError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Outcome
+		want string
+	}{
+		{"status only", Outcome{Class: retry.ClassRejected, StatusCode: 422}, "Rejected: status 422"},
+		{"status and successWhen's failure", Outcome{Class: retry.ClassRejected, StatusCode: 201,
+			Error: "spec.successWhen: evaluating expression: no such key"}, "Rejected: status 201; spec.successWhen: evaluating expression: no such key"},
+		{"error without a response", Outcome{Class: retry.ClassNotSent, ErrorClass: "Dial", Error: "refused"}, "NotSent: Dial: refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := testEnv()
+			tc.o.FinishedAt = t0
+			step, ok := Record(claimed(env, 1), 1, tc.o, env)
+			if !ok || step.Status.LastError != tc.want {
+				t.Errorf("lastError %q (ok %v), want %q", step.Status.LastError, ok, tc.want)
+			}
+		})
+	}
+}
+
 func TestRecordCheck(t *testing.T) {
 	env := testEnv(func(e *Env) { e.PostCheck = true; e.MaxPostChecks = 2; e.Now = t0.Add(13 * time.Second) })
 	start := func() *actionsv1alpha1.ExternalActionStatus {

@@ -179,6 +179,9 @@ func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 			values[k] = v
 		}
 		if err != nil {
+			if _, eval := errors.AsType[*expr.EvalError](err); eval {
+				err = fmt.Errorf("%w%s", err, view.NotExposed())
+			}
 			if view.BodyTruncated {
 				err = fmt.Errorf("%w (the response body is longer than %d bytes; the expressions see only its beginning)",
 					err, actionsv1alpha1.MaxOutputResponseBytes)

@@ -25,6 +25,8 @@ type Redactor struct {
 	// values are the secrets and their encoded forms (encodedForms), distinct, at least MinSecretLength bytes
 	// long, longest first: what is searched for.
 	values []string
+	// expose is what View shows of a response (Exposing); nil shows the whole response.
+	expose *Exposure
 }
 
 // New returns a redactor for values; values shorter than MinSecretLength are ignored (the caller
@@ -47,12 +49,14 @@ func New(values ...string) *Redactor {
 	return &Redactor{secrets: secrets, values: vs}
 }
 
-// With returns a redactor for r's values plus values (r itself is not changed).
+// With returns a redactor for r's values plus values, with r's exposure (r itself is not changed).
 func (r *Redactor) With(values ...string) *Redactor {
 	if r == nil {
 		return New(values...)
 	}
-	return New(append(append([]string(nil), r.secrets...), values...)...)
+	out := New(append(append([]string(nil), r.secrets...), values...)...)
+	out.expose = r.expose
+	return out
 }
 
 // Empty reports whether r redacts nothing (nil, or no value of MinSecretLength bytes).

@@ -13,9 +13,11 @@ import (
 )
 
 // View is the one redacted view of a destination's response, made once per response (Redactor.View): status
-// (status.response), outputs, successWhen, post-check expressions, errors, conditions and Events all take
-// the response from it, never from the httpexec.Response (DESIGN rule 11). A decision over a Secret value
-// therefore sees only Redacted and cannot be used to learn it.
+// (status.response), outputs, successWhen, post-check records, errors, conditions and Events all take the
+// response from it, never from the httpexec.Response (DESIGN rule 11). A decision over a Secret value
+// therefore sees only Redacted and cannot be used to learn it. A view of a shared destination with an Exposure
+// (Redactor.Exposing) holds only the exposed parts, so none of those consumers can see the rest; WholeView is
+// the view of the destination's own admin (its post-check expressions).
 type View struct {
 	// StatusCode is the response's HTTP status code.
 	StatusCode int
@@ -29,25 +31,57 @@ type View struct {
 	// BodyTruncated: Body is not the whole body (the executor kept only its beginning).
 	BodyTruncated bool
 	// BodySHA256 is "sha256:" + hex of the body as the destination sent it (before redaction), as
-	// httpexec.Response.BodySHA256.
+	// httpexec.Response.BodySHA256; empty in a view whose exposure does not expose the whole body.
 	BodySHA256 string
+	// RetryAfter is the redacted Retry-After header, whatever the exposure: the manager schedules the next
+	// attempt by it (DESIGN rule 5), and that time is in status anyway.
+	RetryAfter string
+	// Limited: the view holds only what the destination's exposure exposes (Redactor.Exposing), so a
+	// header or a part of the body that an expression misses may be there and not exposed.
+	Limited bool
 
 	red *Redactor
 }
 
-// View returns the redacted view of resp (nil for nil). resp is not changed.
+// View returns the redacted view of resp (nil for nil) that the namespace of the action may read: with r's
+// exposure (Exposing), the status code, the exposed headers and the exposed parts of the body only; without
+// one, the whole response (WholeView). resp is not changed.
 func (r *Redactor) View(resp *httpexec.Response) *View {
+	v := r.WholeView(resp)
+	if v == nil || r == nil || r.expose == nil {
+		return v
+	}
+	return v.exposed(r.expose)
+}
+
+// WholeView returns the redacted view of the whole of resp (nil for nil), whatever r's exposure: for the
+// destination's admin only (a ClusterDestination's reconciliation.applied and notApplied), never for what a
+// tenant reads. resp is not changed.
+func (r *Redactor) WholeView(resp *httpexec.Response) *View {
 	if resp == nil {
 		return nil
 	}
+	h := r.header(resp.Header)
 	return &View{
 		StatusCode:    resp.StatusCode,
-		Header:        r.header(resp.Header),
+		Header:        h,
 		Body:          []byte(r.body(resp.Body, resp.BodyTruncated)),
 		BodyTruncated: resp.BodyTruncated,
 		BodySHA256:    resp.BodySHA256,
+		RetryAfter:    h.Get("Retry-After"),
 		red:           r,
 	}
+}
+
+// NotExposed is the note added to the error of a tenant's expression (successWhen, outputs) evaluated on v
+// when v holds only the exposed parts of the response (Limited), since what the expression missed may be in
+// the response and not exposed; "" for a view of the whole response.
+func (v *View) NotExposed() string {
+	if v == nil || !v.Limited {
+		return ""
+	}
+	return " (the ClusterDestination lets the namespaces that use it read only the status code and the headers and " +
+		"body parts its spec.response.expose lists; ask its admin to expose what the expression reads)"
 }
 
 // Cut returns at most limit bytes of the redacted body, cut on a UTF-8 boundary, and whether that is not the

@@ -291,14 +291,14 @@ func (s *Sender) classify(xa *actionsv1alpha1.ExternalAction, res httpexec.Resul
 	}
 	if resp := res.Response; resp != nil {
 		o.StatusCode = resp.StatusCode
-		o.RetryAfter = view.Header.Get("Retry-After")
+		o.RetryAfter = view.RetryAfter
 		o.Response = ResponseRecord(view)
 		obs.StatusCode = resp.StatusCode
 		obs.Header = resp.Header
 		ok, err := SuccessWhen(s.Exprs, xa, view)
 		if err != nil {
 			// The error names the kind of failure, never a value (expr.EvalError).
-			o.Error = red.String("spec.successWhen: " + err.Error())
+			o.Error = red.String("spec.successWhen: " + err.Error() + view.NotExposed())
 		}
 		obs.Succeeded = ok
 	}
@@ -418,9 +418,11 @@ func (s *Sender) verdict(dest *destination.Resolved, res httpexec.Result, red *r
 		return out
 	}
 	rc := dest.Spec.Reconciliation
-	view := red.View(res.Response)
-	out.Rec = ResponseRecord(view)
-	in := exprResponse(view)
+	// The record goes into the action's status: the exposed view. applied and notApplied are the destination
+	// admin's own expressions (on a ClusterDestination, beside its expose): they judge the whole view, and the
+	// action learns only their verdict.
+	out.Rec = ResponseRecord(red.View(res.Response))
+	in := exprResponse(red.WholeView(res.Response))
 	var failed []string
 	for _, c := range []struct {
 		field, src string

@@ -10,6 +10,7 @@ import (
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/redact"
 )
 
 // A post-check expression that fails on the answer leaves the verdict inconclusive and says which expression
@@ -45,6 +46,34 @@ func TestVerdictSaysWhichExpressionFailed(t *testing.T) {
 		}
 		if strings.Contains(got.Why, "secret-looking-value") {
 			t.Errorf("why quotes the response: %q", got.Why)
+		}
+	}
+}
+
+// On a ClusterDestination with response.expose, the post-check's applied and notApplied (the admin's own
+// expressions) judge the whole redacted answer, while the record kept in the action's status holds only the
+// exposed parts.
+func TestVerdictJudgesTheWholeViewAndRecordsTheExposedOne(t *testing.T) {
+	s := &Sender{Exprs: expr.NewCache(8)}
+	answer := httpexec.Result{Response: &httpexec.Response{StatusCode: 200,
+		Header: http.Header{"Set-Cookie": {"session=s1"}, "Content-Type": {"application/json"}},
+		Body:   []byte(`{"items":[{"id":"p1","state":"paid"}],"session":"s1"}`), BodySHA256: "sha256:x"}}
+	dest := &destination.Resolved{Spec: &actionsv1alpha1.DestinationSpec{Reconciliation: &actionsv1alpha1.ReconciliationCheck{
+		Applied: `size(response.body.items) > 0 && "set-cookie" in response.headers`, NotApplied: `size(response.body.items) == 0`}}}
+	for _, tc := range []struct {
+		name     string
+		e        *redact.Exposure
+		wantBody string
+	}{
+		{"status code only", &redact.Exposure{}, ""},
+		{"one leaf", &redact.Exposure{Body: []string{"/items/0/state"}}, `{"items":[{"state":"paid"}]}`},
+	} {
+		got := s.verdict(dest, answer, redact.New().Exposing(tc.e))
+		if got.Verdict != ledger.VerdictApplied || got.Why != "" {
+			t.Errorf("%s: verdict %s (%s), want applied from the whole view", tc.name, got.Verdict, got.Why)
+		}
+		if r := got.Rec; r == nil || r.StatusCode != 200 || r.Body != tc.wantBody || len(r.Headers) != 0 || r.BodySHA256 != "" {
+			t.Errorf("%s: record %+v, want status 200 and body %q only", tc.name, r, tc.wantBody)
 		}
 	}
 }

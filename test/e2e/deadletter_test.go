@@ -162,10 +162,12 @@ func TestDeadLetterRetriesAndRefusal(t *testing.T) {
 	})
 	cd := &actionsv1alpha1.ClusterDestination{ObjectMeta: metav1.ObjectMeta{Name: "admins-sink-" + ns}}
 	cd.Spec.URL = sinkURL
+	cd.Spec.Response = &actionsv1alpha1.ClusterResponsePolicy{Expose: &actionsv1alpha1.ResponseExposure{}}
 	cd.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"dead-letters": "allowed"}}
 	env.Create(t, cd)
 	bad := &actionsv1alpha1.ClusterDestination{ObjectMeta: metav1.ObjectMeta{Name: "bad-" + ns}}
 	bad.Spec.URL = sinkURL
+	bad.Spec.Response = &actionsv1alpha1.ClusterResponsePolicy{Expose: &actionsv1alpha1.ResponseExposure{}}
 	bad.Spec.DeadLetter = &actionsv1alpha1.DeadLetterSink{DestinationRef: actionsv1alpha1.DestinationReference{Name: "sink"}}
 	if err := env.Client.Create(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "must name a ClusterDestination") {
 		t.Errorf("a ClusterDestination whose deadLetter names a Destination: %v; want the admission message", err)

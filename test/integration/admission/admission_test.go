@@ -82,6 +82,7 @@ func clusterDestination(mutate func(*actionsv1alpha1.DestinationSpec)) *actionsv
 		ObjectMeta: metav1.ObjectMeta{Name: "cd"},
 		Spec: actionsv1alpha1.ClusterDestinationSpec{
 			DestinationSpec: actionsv1alpha1.DestinationSpec{URL: "https://api.example/tenant-a"},
+			Response:        &actionsv1alpha1.ClusterResponsePolicy{Expose: &actionsv1alpha1.ResponseExposure{}},
 		},
 	}
 	if mutate != nil {

@@ -304,7 +304,8 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 // The chart leaves the admission policies out on a cluster that does not serve them (before Kubernetes 1.36:
 // the install would fail on the unknown kind), and each one when its value is false: finalizerPolicy.enabled
 // (the manager then adds the finalizer itself), requestedByPolicy.enabled (requested-by is then what the
-// creator wrote) and hmacPayloadPolicy.enabled (a new signing.hmac must then set its payload).
+// creator wrote), hmacPayloadPolicy.enabled (a new signing.hmac must then set its payload) and
+// responseExposePolicy.enabled (a new ClusterDestination must then set response.expose).
 func TestHelmChartFinalizerPolicyIsOptional(t *testing.T) {
 	count := func(objs []*unstructured.Unstructured, policy string) int {
 		n := 0
@@ -318,7 +319,8 @@ func TestHelmChartFinalizerPolicyIsOptional(t *testing.T) {
 	for _, c := range []struct {
 		policy, value string
 	}{{"externalaction-finalizer", "finalizerPolicy.enabled"}, {"externalaction-requested-by", "requestedByPolicy.enabled"},
-		{"destination-hmac-payload", "hmacPayloadPolicy.enabled"}} {
+		{"destination-hmac-payload", "hmacPayloadPolicy.enabled"},
+		{"clusterdestination-response-expose", "responseExposePolicy.enabled"}} {
 		if n := count(helmTemplate(t, servesMAP), c.policy); n != 2 {
 			t.Errorf("a cluster serving MutatingAdmissionPolicy gets %d %s objects, want the policy and its binding", n, c.policy)
 		}

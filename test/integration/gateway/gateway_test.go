@@ -204,7 +204,8 @@ func TestAnswerTable(t *testing.T) {
 	t.Run("cluster destinations", func(t *testing.T) {
 		_, url := envtestutil.DestinationServer(t, destination.Options{})
 		cd := &actionsv1alpha1.ClusterDestination{ObjectMeta: metav1.ObjectMeta{Name: ns + "-cd"},
-			Spec: actionsv1alpha1.ClusterDestinationSpec{DestinationSpec: actionsv1alpha1.DestinationSpec{URL: url}}}
+			Spec: actionsv1alpha1.ClusterDestinationSpec{DestinationSpec: actionsv1alpha1.DestinationSpec{URL: url},
+				Response: &actionsv1alpha1.ClusterResponsePolicy{Expose: &actionsv1alpha1.ResponseExposure{}}}}
 		env.Create(t, cd)
 		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cd) })
 		a := do(t, req{path: "/v1/namespaces/" + ns + "/clusterdestinations/" + cd.Name + "/hooks", key: "cd-1", body: `{}`, token: tok})

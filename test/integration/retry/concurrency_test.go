@@ -35,7 +35,8 @@ func TestMaxInFlightBoundsConcurrentRequests(t *testing.T) {
 	t.Cleanup(ts.Close)
 	cdName := "conc-" + nsX
 	cd := &actionsv1alpha1.ClusterDestination{Spec: actionsv1alpha1.ClusterDestinationSpec{DestinationSpec: actionsv1alpha1.DestinationSpec{
-		URL: ts.URL, Concurrency: &actionsv1alpha1.Concurrency{MaxInFlight: ptr(int32(2))}}}}
+		URL: ts.URL, Concurrency: &actionsv1alpha1.Concurrency{MaxInFlight: ptr(int32(2))}},
+		Response: &actionsv1alpha1.ClusterResponsePolicy{Expose: &actionsv1alpha1.ResponseExposure{}}}}
 	cd.Name = cdName
 	env.Create(t, cd)
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cd) })

@@ -53,7 +53,7 @@ func TestSharedRateLimitC11(t *testing.T) {
 		Spec: actionsv1alpha1.ClusterDestinationSpec{DestinationSpec: actionsv1alpha1.DestinationSpec{
 			URL:       urlA,
 			RateLimit: &actionsv1alpha1.RateLimit{RequestsPerSecond: rate, Burst: ptr(int32(burst))},
-		}},
+		}, Response: &actionsv1alpha1.ClusterResponsePolicy{Expose: &actionsv1alpha1.ResponseExposure{}}},
 	}
 	env.Create(t, cd)
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cd) })
