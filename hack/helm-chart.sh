@@ -56,6 +56,68 @@ img=$(grep -m1 -E '^ +image: "\{\{ \.Values\.manager\.image\.repository' "${tmp}
 grep -q '^        image: controller:latest$' "${gw}" || { echo "helm-chart.sh: templates/extras/gateway.yaml has no 'image: controller:latest' line" >&2; exit 1; }
 IMG="${img}" awk '$0 == "        image: controller:latest" { print "        image: " ENVIRON["IMG"]; next } { print }' "${gw}" >"${gw}.tmp"
 mv "${gw}.tmp" "${gw}"
+# replace FILE OLD NEW [COUNT] replaces each line of FILE equal to OLD by NEW (one line or several) and fails
+# unless OLD occurs COUNT times (default 1), so that a plugin whose output changed stops the script instead of
+# shipping a chart without the edit.
+replace() {
+  local f=$1 old=$2 new=$3 want=${4:-1} n
+  n=$(grep -cxF -- "${old}" "${f}" || true)
+  [[ "${n}" == "${want}" ]] || { echo "helm-chart.sh: ${f#"${tmp}"/}: want ${want} line(s) '${old}', found ${n}" >&2; exit 1; }
+  OLD="${old}" NEW="${new}" awk '$0 == ENVIRON["OLD"] { print ENVIRON["NEW"]; next } { print }' "${f}" >"${f}.tmp"
+  mv "${f}.tmp" "${f}"
+}
+# For clusters without a pod network or kube-proxy (values.yaml: hostNetwork, kubernetesService, gateway.*),
+# none of which config/ has: the manager and the gateway run on the host's network when .Values.hostNetwork,
+# with the API server address of .Values.kubernetesService (the helper in hand-kept/_kubernetes-service.tpl),
+# and the gateway listens on ports of its own (the plugin gave it the manager's) so that both fit on one node.
+# The manager's metrics container port follows .Values.metrics.port like its flag.
+mgr="${tmp}/dist/chart/templates/manager/manager.yaml"
+gws="${tmp}/dist/chart/templates/extras/gateway-service.yaml"
+hostnet='    spec:
+      {{- if .Values.hostNetwork }}
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      {{- end }}'
+replace "${mgr}" '    spec:' "${hostnet}"
+replace "${gw}" '    spec:' "${hostnet}"
+envif='        {{- if or .Values.manager.env (and (kindIs "map" .Values.manager.envOverrides) (not (empty .Values.manager.envOverrides))) }}'
+replace "${mgr}" "${envif}" '        {{- if or .Values.manager.env (and (kindIs "map" .Values.manager.envOverrides) (not (empty .Values.manager.envOverrides))) .Values.kubernetesService.host }}
+          {{- with include "actionledger.kubernetesServiceEnv" . }}
+          {{- . | nindent 10 }}
+          {{- end }}'
+replace "${mgr}" '        - containerPort: 8443' '        - containerPort: {{ .Values.metrics.port }}'
+replace "${gw}" '        - /manager' '        - /manager
+        {{- with include "actionledger.kubernetesServiceEnv" . }}
+        env:
+          {{- . | nindent 10 }}
+        {{- end }}'
+replace "${gw}" '  replicas: 2' '  replicas: {{ .Values.gateway.replicas }}
+  {{- with .Values.gateway.strategy }}
+  strategy: {{ toYaml . | nindent 4 }}
+  {{- end }}'
+replace "${gw}" '        - --bind-address=:9443' '        - --bind-address=:{{ .Values.gateway.port }}'
+replace "${gw}" '        - --metrics-bind-address=:{{ .Values.metrics.port }}' '        - --metrics-bind-address=:{{ .Values.gateway.metrics.port }}'
+replace "${gw}" '        - --health-probe-bind-address=:{{ .Values.manager.healthProbe.port }}' '        - --health-probe-bind-address=:{{ .Values.gateway.healthProbe.port }}'
+replace "${gw}" '        - containerPort: 9443' '        - containerPort: {{ .Values.gateway.port }}'
+replace "${gw}" '        - containerPort: 8443' '        - containerPort: {{ .Values.gateway.metrics.port }}'
+replace "${gw}" '        - containerPort: {{ .Values.manager.healthProbe.port }}' '        - containerPort: {{ .Values.gateway.healthProbe.port }}'
+replace "${gw}" '            port: {{ .Values.manager.healthProbe.port }}' '            port: {{ .Values.gateway.healthProbe.port }}' 3
+replace "${gws}" '    targetPort: 9443' '    targetPort: {{ .Values.gateway.port }}'
+replace "${gws}" '    targetPort: 8443' '    targetPort: {{ .Values.gateway.metrics.port }}'
+# The manager's priority level and FlowSchema (config/flowcontrol) render when .Values.priorityAndFairness.enabled
+# and the cluster serves flowcontrol.apiserver.k8s.io/v1 (Kubernetes 1.29+), with the level's shares from the
+# values; the FlowSchema names the manager's ServiceAccount as the RBAC bindings do (serviceAccount.name when
+# the chart does not create it).
+apf='{{- if and .Values.priorityAndFairness.enabled (.Capabilities.APIVersions.Has "flowcontrol.apiserver.k8s.io/v1") }}'
+plc="${tmp}/dist/chart/templates/extras/manager.yaml"
+fs="${tmp}/dist/chart/templates/extras/manager-flowschema.yaml"
+replace "${plc}" '    nominalConcurrencyShares: 40' '    nominalConcurrencyShares: {{ .Values.priorityAndFairness.nominalConcurrencyShares }}'
+replace "${plc}" '    lendablePercent: 50' '    lendablePercent: {{ .Values.priorityAndFairness.lendablePercent }}'
+replace "${fs}" '        name: {{ include "actionledger.resourceName" (dict "suffix" "controller-manager" "context" $) }}' '        name: {{ include "actionledger.serviceAccountName" . }}'
+for f in "${plc}" "${fs}"; do
+  { echo "${apf}"; cat "${f}"; echo '{{- end }}'; } >"${f}.tmp"
+  mv "${f}.tmp" "${f}"
+done
 # The alerts (config/prometheus/rules.yaml, a PrometheusRule) are not in config/default, so the plugin does
 # not see them: they are rendered here into templates/prometheus/rules.yaml, shown when
 # .Values.prometheus.enabled and .Values.prometheus.rules.enabled. The rules' own Go templates

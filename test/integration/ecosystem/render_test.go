@@ -35,10 +35,10 @@ const (
 )
 
 // clusterScoped reports whether the rendered kind is cluster-scoped (Namespace, CRDs, ClusterRoles and their
-// bindings, the admission policy that adds the finalizer and its binding).
+// bindings, the admission policies and their bindings, the manager's FlowSchema and priority level).
 func clusterScoped(kind string) bool {
 	return kind == "Namespace" || kind == "CustomResourceDefinition" || strings.HasPrefix(kind, "Cluster") ||
-		strings.HasPrefix(kind, "MutatingAdmissionPolicy")
+		strings.HasPrefix(kind, "MutatingAdmissionPolicy") || kind == "FlowSchema" || kind == "PriorityLevelConfiguration"
 }
 
 // render runs bin/kustomize (make kustomize installs it) on dir and decodes the objects.
