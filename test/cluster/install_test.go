@@ -23,6 +23,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/actionledger/actionledger/internal/scheme"
@@ -44,6 +45,7 @@ const (
 // product is the installed product: the cluster, the tools a user runs against it, the ports the values file
 // gave the manager and the gateway on the node's network, and the gateway's CA.
 type product struct {
+	t      *testing.T // the whole test's: what it creates lives until the test ends
 	c      *clusterenv.Cluster
 	cl     client.Client
 	dir    string // the user's working directory: values file, CA, kubeconfigs
@@ -63,27 +65,22 @@ type ports struct {
 	managerHealth, managerMetrics, gateway, gatewayHealth, gatewayMetrics int
 }
 
-// binaries is what make test-cluster builds into bin/ before it runs the suite.
-func binaries(t *testing.T) (bin, imageTar string) {
+// binaries is what make test-cluster builds into bin/ before it runs the suite: helm, the kubectl plugin and the
+// image (ACTIONLEDGER_IMAGE_TAR, ACTIONLEDGER_IMAGE: the tarball and name:tag of make image).
+func binaries(t *testing.T) (bin, imageTar, image string) {
 	t.Helper()
 	bin = filepath.Join(clusterenv.RepoRoot(), "bin")
-	tars, _ := filepath.Glob(filepath.Join(bin, "image", "actionledger-*.tar"))
-	for _, need := range []string{filepath.Join(bin, "helm"), filepath.Join(bin, "kubectl-actionledger")} {
-		if _, err := os.Stat(need); err != nil {
-			t.Fatalf("%s is missing: run the suite with make test-cluster (it builds the image, helm and the kubectl plugin into bin/)", need)
+	imageTar, image = os.Getenv("ACTIONLEDGER_IMAGE_TAR"), os.Getenv("ACTIONLEDGER_IMAGE")
+	for _, need := range []string{filepath.Join(bin, "helm"), filepath.Join(bin, "kubectl-actionledger"), imageTar} {
+		if _, err := os.Stat(need); need == "" || err != nil {
+			t.Fatalf("%q is missing: run the suite with make test-cluster (it builds the image, helm and the kubectl plugin into bin/ "+
+				"and sets ACTIONLEDGER_IMAGE_TAR and ACTIONLEDGER_IMAGE)", need)
 		}
 	}
-	if len(tars) != 1 {
-		t.Fatalf("want one image tarball bin/image/actionledger-*.tar, found %v: run the suite with make test-cluster (make image)", tars)
+	if !strings.Contains(image, ":") {
+		t.Fatalf("ACTIONLEDGER_IMAGE=%q: want the image's name:tag (make test-cluster sets it)", image)
 	}
-	return bin, tars[0]
-}
-
-// imageRef returns the name:tag of the image in an OCI layout tarball written by hack/image (the file name is
-// actionledger-<version>.tar, the name localhost/actionledger:<version>).
-func imageRef(tarball string) (repo, tag string) {
-	v := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(tarball), "actionledger-"), ".tar")
-	return "localhost/actionledger", v
+	return bin, imageTar, image
 }
 
 // install imports the image, writes the values a user of this cluster writes, creates the gateway's TLS Secret
@@ -91,12 +88,14 @@ func imageRef(tarball string) (repo, tag string) {
 func install(t *testing.T, c *clusterenv.Cluster) *product {
 	t.Helper()
 	ctx := context.Background()
-	bin, tarball := binaries(t)
-	cl, err := client.New(c.Config, client.Options{Scheme: scheme.Scheme})
+	bin, tarball, image := binaries(t)
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS, cfg.Burst = 500, 1000 // the test's own creates: not throttled on the client side
+	cl, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
 		t.Fatalf("building a client: %v", err)
 	}
-	p := &product{c: c, cl: cl, dir: t.TempDir(), bin: bin}
+	p := &product{t: t, c: c, cl: cl, dir: t.TempDir(), bin: bin}
 	began := time.Now()
 	if err := c.ImportImage(ctx, tarball); err != nil {
 		t.Fatal(err)
@@ -105,7 +104,7 @@ func install(t *testing.T, c *clusterenv.Cluster) *product {
 
 	p.ports = ports{managerHealth: freePort(t), managerMetrics: freePort(t), gateway: freePort(t),
 		gatewayHealth: freePort(t), gatewayMetrics: freePort(t)}
-	repo, tag := imageRef(tarball)
+	repo, tag, _ := strings.Cut(image, ":")
 	p.values = filepath.Join(p.dir, "values.yaml")
 	writeFile(t, p.values, fmt.Sprintf(valuesTemplate, repo, tag, p.ports.managerHealth, p.ports.managerMetrics,
 		p.ports.gateway, p.ports.gatewayHealth, p.ports.gatewayMetrics, c.APIServerPort))
