@@ -72,7 +72,7 @@ func binaries(t *testing.T) (bin, imageTar, image string) {
 	bin = filepath.Join(clusterenv.RepoRoot(), "bin")
 	imageTar, image = os.Getenv("ACTIONLEDGER_IMAGE_TAR"), os.Getenv("ACTIONLEDGER_IMAGE")
 	for _, need := range []string{filepath.Join(bin, "helm"), filepath.Join(bin, "kubectl-actionledger"), imageTar} {
-		if _, err := os.Stat(need); need == "" || err != nil {
+		if _, err := os.Stat(need); need == "" || err != nil { //nolint:gosec // paths make test-cluster gives
 			t.Fatalf("%q is missing: run the suite with make test-cluster (it builds the image, helm and the kubectl plugin into bin/ "+
 				"and sets ACTIONLEDGER_IMAGE_TAR and ACTIONLEDGER_IMAGE)", need)
 		}
@@ -303,7 +303,7 @@ func httpGet(ctx context.Context, url string) (int, string, error) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("finding a free port: %v", err)
 	}
@@ -313,7 +313,7 @@ func freePort(t *testing.T) int {
 
 func writeFile(t *testing.T, path, data string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil { //nolint:gosec // the test's own temp dir
 		t.Fatalf("writing %s: %v", path, err)
 	}
 }

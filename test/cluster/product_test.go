@@ -49,6 +49,7 @@ func TestInstalledProduct(t *testing.T) {
 		{"RolloutRestartUnder200UnsafeActions", testRolloutRestart},
 		{"ForceDeleteLeaderUnder200UnsafeActions", testForceDeleteLeader},
 		{"FlowSchemaKeepsTheManagerServed", testPriorityAndFairness},
+		{"NoWriteRefusedAndNoRequestForbidden", func(t *testing.T, p *product) { p.checkLogs(t) }},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.fn(t, p) }) && strings.HasPrefix(s.name, "Sample") {
@@ -253,13 +254,24 @@ func testProbesAndReadOnlyRoot(t *testing.T, p *product) {
 					t.Errorf("pod %s container %s: root mount options %q (%v), want ro", pod.Name, cs.Name, root, err)
 				}
 			}
-			logs, err := p.c.Clientset.CoreV1().Pods(releaseNamespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		}
+	}
+	p.checkLogs(t)
+}
+
+// checkLogs fails the test for a log line of a live manager or gateway pod that reports a write refused by the
+// read-only root filesystem or a request the chart's RBAC refused.
+func (p *product) checkLogs(t *testing.T) {
+	t.Helper()
+	for _, sel := range []string{managerSelector, gatewaySelector} {
+		for _, pod := range p.pods(t, sel) {
+			logs, err := p.c.Clientset.CoreV1().Pods(releaseNamespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
 			if err != nil {
 				t.Errorf("logs of %s: %v", pod.Name, err)
 			}
 			for line := range strings.SplitSeq(string(logs), "\n") {
-				if strings.Contains(line, "read-only file system") {
-					t.Errorf("pod %s logged a write refused by the read-only root: %s", pod.Name, line)
+				if strings.Contains(line, "read-only file system") || strings.Contains(line, "is forbidden") {
+					t.Errorf("pod %s: %s", pod.Name, line)
 				}
 			}
 		}
