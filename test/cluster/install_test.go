@@ -53,6 +53,8 @@ type product struct {
 	values string // the values file
 	ports  ports
 	caFile string // the gateway's CA (PEM)
+	// installed is when helm install returned.
+	installed time.Time
 
 	// sampleNS and sampleDest are the sample's namespace and destination (set by testSample).
 	sampleNS   string
@@ -117,6 +119,7 @@ func install(t *testing.T, c *clusterenv.Cluster) *product {
 	out := p.helm(t, "install", releaseName, filepath.Join(clusterenv.RepoRoot(), "dist", "chart"),
 		"--namespace", releaseNamespace, "--values", p.values, "--wait", "--timeout", "4m")
 	t.Logf("cluster: helm install --wait: %.1fs\n%s", time.Since(began).Seconds(), out)
+	p.installed = time.Now()
 	return p
 }
 
