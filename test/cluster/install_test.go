@@ -119,6 +119,12 @@ func install(t *testing.T, c *clusterenv.Cluster) *product {
 	out := p.helm(t, "install", releaseName, filepath.Join(clusterenv.RepoRoot(), "dist", "chart"),
 		"--namespace", releaseNamespace, "--values", p.values, "--wait", "--timeout", "4m")
 	t.Logf("cluster: helm install --wait: %.1fs\n%s", time.Since(began).Seconds(), out)
+	// The chart's CRDs are templates (kubebuilder's layout, not Helm's crds/): helm --wait can return before the
+	// API server serves them, and an apply right after then fails with "Resource kind ... not found" (seen in 1
+	// of 5 runs). What a user does before applying a custom resource:
+	p.kubectl(t, "wait", "--for=condition=Established", "--timeout=1m",
+		"crd/externalactions.actions.actionledger.dev", "crd/destinations.actions.actionledger.dev",
+		"crd/clusterdestinations.actions.actionledger.dev", "crd/actiontombstones.actions.actionledger.dev")
 	p.installed = time.Now()
 	return p
 }
