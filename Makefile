@@ -85,10 +85,12 @@ cluster-binaries: ## Build kubelet, kube-controller-manager and kube-scheduler t
 	@CLUSTER=1 hack/build-controlplane.sh >/dev/null
 
 .PHONY: test-cluster
-test-cluster: ## Run the real-cluster suite (test/cluster): a single-node cluster on 127.0.0.1, workloads as pods (root; containerd, runc, CNI plugins).
+test-cluster: ## Run the real-cluster suite (test/cluster): a single-node cluster on 127.0.0.1, the image and the Helm chart installed as users do (root; containerd, runc, CNI plugins).
 	@hack/cluster/up.sh --check
-	@$(MAKE) --no-print-directory cluster-binaries
-	ACTIONLEDGER_CLUSTER=1 KUBE_ASSETS="$(ASSETS_DIR)" go test ./test/cluster/ -count=1 -v -timeout 30m $(GO_TEST_FLAGS)
+	@$(MAKE) --no-print-directory cluster-binaries image helm
+	go build -o bin/kubectl-actionledger ./cmd/kubectl-actionledger
+	ACTIONLEDGER_CLUSTER=1 KUBE_ASSETS="$(ASSETS_DIR)" ACTIONLEDGER_IMAGE_TAR="$(IMAGE_TAR)" ACTIONLEDGER_IMAGE="$(IMAGE_NAME)" \
+		go test ./test/cluster/ -count=1 -v -timeout 30m $(GO_TEST_FLAGS)
 
 # CLUSTER_DIR is the state dir of cluster-up/cluster-down (everything of that cluster lives in it).
 CLUSTER_DIR ?= /tmp/actionledger-cluster

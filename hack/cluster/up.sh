@@ -41,7 +41,10 @@
 #     in every cgroup v1 hierarchy and removed by down.sh).
 #
 # Knobs (environment): KUBE_ASSETS (default bin/k8s/<ver>-linux-amd64), PAUSE_IMAGE_TAR (default:
-# built by pause-image.sh), READY_TIMEOUT (seconds, default 120), LOG_V (kubelet/KCM verbosity).
+# built by pause-image.sh), READY_TIMEOUT (seconds, default 120), LOG_V (kubelet/KCM verbosity),
+# MAX_REQUESTS_INFLIGHT and MAX_MUTATING_REQUESTS_INFLIGHT (the API server's
+# --max-requests-inflight and --max-mutating-requests-inflight, default 400 and 200 as upstream: their
+# sum is the concurrency that API Priority and Fairness divides among its priority levels).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -151,6 +154,8 @@ start_component "${S}" kube-apiserver "${assets}/kube-apiserver" \
   --kubelet-certificate-authority="${S}/pki/ca.crt" \
   --kubelet-preferred-address-types=InternalIP,Hostname \
   --service-cluster-ip-range=127.0.100.0/24 \
+  --max-requests-inflight="${MAX_REQUESTS_INFLIGHT:-400}" \
+  --max-mutating-requests-inflight="${MAX_MUTATING_REQUESTS_INFLIGHT:-200}" \
   --profiling=false
 
 wait_for "the API server to be ready" 60 "${kubectl[@]}" get --raw /readyz

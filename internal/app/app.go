@@ -133,12 +133,21 @@ func ShardLeaderElectionID(selector string) string {
 // outcomes of the last sends and stop everything else.
 const ShutdownRecordTime = 10 * time.Second
 
-// NewHolder returns "<hostname>_<8 random hex>": a new identity for each process start, so a restarted
-// process never mistakes an old claim for its own.
+// PodNameEnv is the environment variable holding the pod's name (the downward API's metadata.name, set by
+// config/manager and the Helm chart); NewHolder prefers it to the host name.
+const PodNameEnv = "POD_NAME"
+
+// NewHolder returns "<pod name>_<8 random hex>": a new identity for each process start, so a restarted
+// process never mistakes an old claim for its own. The pod's name comes from $POD_NAME; without it the host
+// name is used, which in a pod is the pod's name except on the node's network (hostNetwork: true), where
+// every replica would name the node instead.
 func NewHolder() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "actionledger"
+	host := os.Getenv(PodNameEnv)
+	if host == "" {
+		var err error
+		if host, err = os.Hostname(); err != nil || host == "" {
+			host = "actionledger"
+		}
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])

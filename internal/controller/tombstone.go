@@ -146,15 +146,23 @@ func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actio
 }
 
 // storeResult records the answer of the tombstone store's op ("lookup" or "write") for xa in the metrics and the
-// store's health (two log lines per outage), and returns a failure as an *errTombstoneStore.
+// store's health (two log lines per outage), and returns a failure as an *errTombstoneStore. A create refused
+// because the action's namespace is terminating is an answer, not an outage: finalize lets the action go
+// without a tombstone, and the store stays up (counting it as down left actionledger_tombstone_store_up at 0
+// after every namespace deletion until the next tombstone operation, enough for ActionledgerTombstoneStoreDown
+// to fire on a quiet cluster).
 func (r *ExternalActionReconciler) storeResult(ctx context.Context, xa *actionsv1alpha1.ExternalAction, op string, err error) error {
 	store := r.parts.store.Name()
-	metrics.TombstoneStoreResult(store, op, err)
-	if err != nil {
+	if err != nil && !namespaceTerminating(err) {
+		metrics.TombstoneStoreResult(store, op, err)
 		r.parts.health.failed(ctx, store, client.ObjectKeyFromObject(xa), err, r.Clock.Now())
 		return &errTombstoneStore{store: store, err: err}
 	}
+	metrics.TombstoneStoreResult(store, op, nil)
 	r.parts.health.answered(ctx, store, r.Clock.Now())
+	if err != nil {
+		return &errTombstoneStore{store: store, err: err}
+	}
 	return nil
 }
 

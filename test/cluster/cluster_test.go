@@ -20,7 +20,12 @@ import (
 	"github.com/actionledger/actionledger/test/clusterenv"
 )
 
-func TestMain(m *testing.M) { clusterenv.Main(m) }
+// TestMain starts the cluster with the API server's concurrency lowered from 400+200 to 60+30 seats, so that a
+// flood from one test process saturates the priority levels of API Priority and Fairness
+// (TestInstalledProduct/FlowSchemaKeepsTheManagerServed); nothing else of the suite comes near it.
+func TestMain(m *testing.M) {
+	clusterenv.MainWith(m, clusterenv.Options{Env: []string{"MAX_REQUESTS_INFLIGHT=60", "MAX_MUTATING_REQUESTS_INFLIGHT=30"}})
+}
 
 // The node registered under the name 127.0.0.1 with that address, and is Ready.
 func TestNodeIsReadyOnLoopback(t *testing.T) {

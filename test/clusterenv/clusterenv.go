@@ -271,12 +271,15 @@ var (
 // (failing the run at once when it cannot), runs the tests, keeps a copy of the logs when a test
 // failed, stops the cluster and exits (non-zero when down.sh found something left behind).
 // Without it the tests run and skip themselves in Require.
-func Main(m *testing.M) {
+func Main(m *testing.M) { MainWith(m, Options{}) }
+
+// MainWith is Main with Options for Start (up.sh's knobs in o.Env).
+func MainWith(m *testing.M, o Options) {
 	if !Enabled() {
 		os.Exit(m.Run())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	c, err := Start(ctx, Options{})
+	c, err := Start(ctx, o)
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "clusterenv: %v\n", err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,8 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/internal/metrics"
+	tombstonestore "github.com/actionledger/actionledger/internal/tombstone"
 	"github.com/actionledger/actionledger/test/destination"
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
@@ -400,4 +403,11 @@ func TestNamespaceDeletionIsNotBlocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, ns, "invoice-1", 30*time.Second)
+	// The refusal is the store's answer, not an outage: the store stays up (found on a real cluster, where the
+	// namespace controller deletes the actions and the gauge stayed 0 until the next tombstone operation, enough
+	// for ActionledgerTombstoneStoreDown to fire after 5 minutes of quiet).
+	var up dto.Metric
+	if err := metrics.TombstoneStoreUp.WithLabelValues(tombstonestore.StoreObjects).Write(&up); err != nil || up.GetGauge().GetValue() != 1 {
+		t.Errorf("actionledger_tombstone_store_up after a namespace's deletion = %v (%v), want 1", up.GetGauge().GetValue(), err)
+	}
 }
