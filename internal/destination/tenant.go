@@ -1,6 +1,7 @@
 package destination
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -99,6 +100,32 @@ func (t *TenantSecrets) secretsOf(manager client.Reader, cluster bool, ns string
 		return manager, "", nil
 	}
 	sa := t.ServiceAccount(spec.ServiceAccountName)
+	if sa == "" && t.Required && !namesSecrets(spec) {
+		// Nothing to read: Required guards the Secrets a Destination names, and this one names none (found by
+		// the real-cluster suite: the shipped install, which sets Required, refused the sample Destination).
+		return noSecrets{}, "", nil
+	}
 	r, err := t.reader(manager, ns, sa, owner)
 	return r, sa, err
+}
+
+// namesSecrets reports whether spec names any Secret: auth (bearer token, basic, headers, OAuth2 client
+// credentials), TLS material (CA bundle, client certificate) or a signing key.
+func namesSecrets(spec *actionsv1alpha1.DestinationSpec) bool {
+	return spec.Auth != nil || spec.Signing != nil ||
+		(spec.TLS != nil && (spec.TLS.CABundle != nil || spec.TLS.ClientCertificate != nil))
+}
+
+// noSecrets is the reader of a Destination that names no Secret: any read is refused, so that a Secret named
+// later (by a field namesSecrets does not know yet) is never read with the manager's rights.
+type noSecrets struct{}
+
+var errNamesNoSecret = fmt.Errorf("%w: this Destination names no Secret and no ServiceAccount", errServiceAccountRequired)
+
+func (noSecrets) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	return fmt.Errorf("reading %s: %w", key, errNamesNoSecret)
+}
+
+func (noSecrets) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errNamesNoSecret
 }

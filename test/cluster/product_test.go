@@ -43,9 +43,11 @@ func TestInstalledProduct(t *testing.T) {
 		{"ManagerRunsUnderTheChartsServiceAccount", testManagerIdentity},
 		{"SampleSucceeds", testSample},
 		{"WhyAndGatewayWithAServiceAccountToken", testWhyAndGateway},
+		{"SecretsReadAsTheTenant", testSecretsReadAsTheTenant},
 		{"MetricsWithAServiceAccountToken", testMetrics},
 		{"ProbesAndReadOnlyRoot", testProbesAndReadOnlyRoot},
 		{"OutputSecretCollected", testOutputCollected},
+		{"SecondReplicaStandsBy", testSecondReplica},
 		{"RolloutRestartUnder200UnsafeActions", testRolloutRestart},
 		{"ForceDeleteLeaderUnder200UnsafeActions", testForceDeleteLeader},
 		{"FlowSchemaKeepsTheManagerServed", testPriorityAndFairness},
@@ -424,11 +426,11 @@ spec:
 func testRolloutRestart(t *testing.T, p *product) {
 	unsafeRun(t, p, "rollout restart", func(t *testing.T, ns string) {
 		holder := p.claimHolderPod(t, ns)
-		before := podNames(p.pods(t, managerSelector))
+		before := podNames(p.pods(t, chartManagerSelector))
 		began := time.Now()
 		p.kubectl(t, "rollout", "restart", "deployment/"+managerName, "-n", releaseNamespace)
 		p.kubectl(t, "rollout", "status", "deployment/"+managerName, "-n", releaseNamespace, "--timeout=3m")
-		after := p.pods(t, managerSelector)
+		after := p.pods(t, chartManagerSelector)
 		t.Logf("cluster: rollout restart: complete in %.1fs, pods %v -> %v (the open claims were %s's)", time.Since(began).Seconds(),
 			before, podNames(after), holder)
 		for _, pod := range after {
