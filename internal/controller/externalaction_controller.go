@@ -57,6 +57,7 @@ import (
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/outputs"
+	"github.com/actionledger/actionledger/internal/requeue"
 	"github.com/actionledger/actionledger/internal/send"
 	"github.com/actionledger/actionledger/internal/shard"
 	"github.com/actionledger/actionledger/internal/status"
@@ -68,22 +69,6 @@ import (
 // DefaultMaxConcurrentReconciles is the number of parallel reconciles when Options.MaxConcurrentReconciles is
 // not positive (and the default of the manager's --max-concurrent-reconciles flag).
 const DefaultMaxConcurrentReconciles = 16
-
-// Requeue delays of the ExternalAction reconciler, named once.
-const (
-	// requeueInFlight: an attempt of this process is in the dispatcher; look again for its outcome.
-	requeueInFlight = 50 * time.Millisecond
-	// requeueClaimLost: the claim lost a Conflict; the newer object decides again.
-	requeueClaimLost = 200 * time.Millisecond
-	// requeueFinalizeConflict: the finalizer's removal lost a Conflict.
-	requeueFinalizeConflict = 100 * time.Millisecond
-	// requeueNow: look again at once (the cache is behind a write of this reconcile).
-	requeueNow = time.Millisecond
-	// requeueCheckNotDispatched: a post-check the dispatcher did not take is asked again.
-	requeueCheckNotDispatched = time.Second
-	// requeueTombstoneConflict: the collector's deletion of an expired tombstone lost a Conflict.
-	requeueTombstoneConflict = time.Second
-)
 
 // Options are the ExternalAction reconciler's settings and optional collaborators; the zero value works.
 type Options struct {
@@ -205,13 +190,13 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// wakes this object). Nothing is decided, claimed or sent meanwhile, even past the claim's expiry.
 	if r.Dispatcher.Holds(nn) {
 		log.FromContext(ctx).V(1).Info("an attempt is in flight in the dispatcher; waiting for its outcome")
-		return ctrl.Result{RequeueAfter: requeueInFlight}, nil
+		return ctrl.Result{RequeueAfter: requeue.InFlight}, nil
 	}
 	// The cache is behind the outcome of an unclaimed attempt this manager wrote: wait for it (its watch event
 	// wakes the object), since no claim would stop a second send.
 	if r.parts.mailbox.behind(xa) {
 		log.FromContext(ctx).V(1).Info("the cache is behind a recorded outcome; waiting for it")
-		return ctrl.Result{RequeueAfter: requeueInFlight}, nil
+		return ctrl.Result{RequeueAfter: requeue.InFlight}, nil
 	}
 	if !xa.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, xa)
@@ -358,14 +343,6 @@ func ignoreConflict(err error) error {
 		return nil
 	}
 	return err
-}
-
-// requeueAt requeues at t (from the schedule stored in status); zero t means no requeue.
-func requeueAt(t, now time.Time) ctrl.Result {
-	if t.IsZero() {
-		return ctrl.Result{}
-	}
-	return ctrl.Result{RequeueAfter: max(t.Sub(now), requeueNow)}
 }
 
 // SetupWithManager sets up the controller with the Manager: the dispatcher (started with the manager, only on
