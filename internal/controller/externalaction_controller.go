@@ -25,6 +25,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -126,8 +127,8 @@ type ExternalActionReconciler struct {
 	Limiter   *limiter.Registry
 	Exprs     *expr.Cache
 	Options   Options
-	// Dispatcher runs claimed sends outside the reconcile workers (DESIGN rule 10). SetupWithManager creates
-	// the manager's; a reconciler driven directly by a test gets an InlineDispatcher.
+	// Dispatcher runs claimed sends outside the reconcile workers (DESIGN rule 10). Required: the manager's
+	// wiring passes NewManagerDispatcher's; a test that drives Reconcile directly passes an InlineDispatcher.
 	Dispatcher Dispatcher
 
 	once  sync.Once
@@ -283,21 +284,10 @@ func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *ac
 	return ctrl.Result{}, nil
 }
 
-// build makes the reconciler's parts from its fields: the defaults of an unset Clock, Exprs, Limiter and
-// Dispatcher (an InlineDispatcher), the status writer, and the features, each handed the writer.
+// build makes the reconciler's parts from its fields (Clock, Exprs, Limiter and Dispatcher are required: the
+// manager's wiring passes them, and so does every test): the status writer, and the features, each handed the
+// writer.
 func (r *ExternalActionReconciler) build() {
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
-	if r.Exprs == nil {
-		r.Exprs = expr.NewCache(expr.DefaultCacheSize)
-	}
-	if r.Limiter == nil {
-		r.Limiter = limiter.NewRegistry()
-	}
-	if r.Dispatcher == nil {
-		r.Dispatcher = &InlineDispatcher{Clock: r.Clock}
-	}
 	if d, ok := r.Dispatcher.(*InlineDispatcher); ok && d.Deliver == nil {
 		d.Deliver = func(c dispatch.Completion[*send.Result]) { r.receive(c) }
 	}
@@ -349,12 +339,11 @@ func ignoreConflict(err error) error {
 // the leader), the cache indexes and the watches.
 func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Dispatcher == nil {
-		d, err := newManagerDispatcher(r)
-		if err != nil {
-			return err
-		}
-		r.Dispatcher = d
-		if err := mgr.Add(d); err != nil {
+		return errors.New("the ExternalAction reconciler has no dispatcher (NewManagerDispatcher)")
+	}
+	md, isManagers := r.Dispatcher.(*ManagerDispatcher)
+	if isManagers {
+		if err := mgr.Add(md); err != nil {
 			return fmt.Errorf("adding the dispatcher: %w", err)
 		}
 	}
@@ -370,9 +359,9 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		workers = DefaultMaxConcurrentReconciles
 	}
 	b := ctrl.NewControllerManagedBy(mgr).For(&actionsv1alpha1.ExternalAction{})
-	if d, ok := r.Dispatcher.(*managerDispatcher); ok {
+	if isManagers {
 		// Outcomes handed back by the dispatcher wake their object (DESIGN rule 10).
-		b = b.WatchesRawSource(source.Channel(d.outcomes, &handler.EnqueueRequestForObject{}))
+		b = b.WatchesRawSource(source.Channel(md.outcomes, &handler.EnqueueRequestForObject{}))
 	}
 	return b.
 		// spec.subject: a holder that finishes, is resolved or goes wakes the other actions on its subject.
