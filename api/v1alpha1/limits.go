@@ -18,6 +18,15 @@ package v1alpha1
 
 import "time"
 
+// Defaults the controller applies where a field is unset (an object stored before the default existed, or one
+// that did not pass the API server's defaulting). The CRDs write each value out in a +kubebuilder:default marker
+// as well; TestDefaultsAgree in internal/destination checks that the generated CRDs agree.
+const (
+	// DefaultTimeout is a destination's per-attempt timeout when spec.timeout is not set (30 s). The ledger's
+	// claim, the dead-letter claim, the destination resolver and the HTTP executor all fall back to it.
+	DefaultTimeout = 30 * time.Second
+)
+
 // Admission bounds. The API server enforces them through the CEL rules and OpenAPI markers on the types in this
 // package (a marker cannot name a Go constant, so each value is written out in its marker as well; the
 // admission tests in test/integration/admission accept each bound exactly and refuse one step beyond it).

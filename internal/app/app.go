@@ -341,7 +341,7 @@ func executor(mgr ctrl.Manager, cfg *rest.Config, o Options) (httpexec.Executor,
 // the gauge updater and the health checks.
 func addControllers(mgr ctrl.Manager, o Options, opts controller.Options, clk clock.Clock, exec httpexec.Executor,
 	policy *egress.Policy) error {
-	if err := (&controller.ExternalActionReconciler{
+	r := &controller.ExternalActionReconciler{
 		Client:    controller.GuardTrimmed(mgr.GetClient()),
 		APIReader: mgr.GetAPIReader(),
 		Scheme:    mgr.GetScheme(),
@@ -351,7 +351,13 @@ func addControllers(mgr ctrl.Manager, o Options, opts controller.Options, clk cl
 		Limiter:   limiter.NewRegistry(),
 		Exprs:     expr.NewCache(expr.DefaultCacheSize),
 		Options:   opts,
-	}).SetupWithManager(mgr); err != nil {
+	}
+	d, err := controller.NewManagerDispatcher(r)
+	if err != nil {
+		return err
+	}
+	r.Dispatcher = d
+	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the ExternalAction controller: %w", err)
 	}
 	for _, cluster := range []bool{false, true} {

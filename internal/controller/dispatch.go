@@ -30,8 +30,8 @@ const (
 	outcomeBuffer = 1024
 )
 
-// Dispatcher runs claimed sends and post-checks outside the reconcile workers. *dispatch.Dispatcher (wrapped
-// by SetupWithManager) is the manager's; InlineDispatcher runs each job in Submit (tests that drive Reconcile
+// Dispatcher runs claimed sends and post-checks outside the reconcile workers. ManagerDispatcher (wrapping
+// *dispatch.Dispatcher) is the manager's; InlineDispatcher runs each job in Submit (tests that drive Reconcile
 // directly). Results come back through the reconciler's receive.
 type Dispatcher interface {
 	// Submit runs job (now or later); an error means it was not taken and nothing was sent.
@@ -132,9 +132,10 @@ func (r *ExternalActionReconciler) submit(ctx context.Context, job dispatch.Job[
 	return p, nil
 }
 
-// managerDispatcher is the manager's Dispatcher: a dispatch.Dispatcher whose completions wake their object
-// through outcomes (a source.Channel), or, once the manager stops, are recorded directly.
-type managerDispatcher struct {
+// ManagerDispatcher is the manager's Dispatcher: a dispatch.Dispatcher whose completions wake their object
+// through outcomes (a source.Channel), or, once the manager stops, are recorded directly. SetupWithManager adds
+// it to the manager (started only on the leader) and watches its outcomes.
+type ManagerDispatcher struct {
 	*dispatch.Dispatcher[*send.Result]
 	r        *ExternalActionReconciler
 	outcomes chan event.GenericEvent
@@ -142,8 +143,11 @@ type managerDispatcher struct {
 	stopped chan struct{}
 }
 
-func newManagerDispatcher(r *ExternalActionReconciler) (*managerDispatcher, error) {
-	md := &managerDispatcher{r: r, outcomes: make(chan event.GenericEvent, outcomeBuffer), stopped: make(chan struct{})}
+// NewManagerDispatcher makes the manager's dispatcher for r, with r.Options.MaxInFlight and ShutdownGrace and
+// r.Clock (a clock without delayed execution runs on the real clock): set it as r.Dispatcher before
+// SetupWithManager. Its completions go to r. The error is dispatch.New's, for invalid options.
+func NewManagerDispatcher(r *ExternalActionReconciler) (*ManagerDispatcher, error) {
+	md := &ManagerDispatcher{r: r, outcomes: make(chan event.GenericEvent, outcomeBuffer), stopped: make(chan struct{})}
 	clk, ok := r.Clock.(clock.WithDelayedExecution)
 	if !ok {
 		clk = clock.RealClock{}
@@ -159,19 +163,19 @@ func newManagerDispatcher(r *ExternalActionReconciler) (*managerDispatcher, erro
 }
 
 // Submit hands job to the dispatcher; the job runs on the dispatcher's context, not ctx.
-func (md *managerDispatcher) Submit(_ context.Context, job dispatch.Job[*send.Result]) error {
+func (md *ManagerDispatcher) Submit(_ context.Context, job dispatch.Job[*send.Result]) error {
 	return md.Dispatcher.Submit(job)
 }
 
 // Start starts the dispatcher with the manager and closes stopped when the stop begins.
-func (md *managerDispatcher) Start(ctx context.Context) error {
+func (md *ManagerDispatcher) Start(ctx context.Context) error {
 	go func() { <-ctx.Done(); close(md.stopped) }()
 	return md.Dispatcher.Start(ctx)
 }
 
 // deliver receives every completion: it stores the result and wakes the controller for the object, or, once
 // the manager stops, records it directly.
-func (md *managerDispatcher) deliver(c dispatch.Completion[*send.Result]) {
+func (md *ManagerDispatcher) deliver(c dispatch.Completion[*send.Result]) {
 	if !md.r.receive(c) {
 		return
 	}

@@ -25,6 +25,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -57,6 +58,7 @@ import (
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/outputs"
+	"github.com/actionledger/actionledger/internal/requeue"
 	"github.com/actionledger/actionledger/internal/send"
 	"github.com/actionledger/actionledger/internal/shard"
 	"github.com/actionledger/actionledger/internal/status"
@@ -68,22 +70,6 @@ import (
 // DefaultMaxConcurrentReconciles is the number of parallel reconciles when Options.MaxConcurrentReconciles is
 // not positive (and the default of the manager's --max-concurrent-reconciles flag).
 const DefaultMaxConcurrentReconciles = 16
-
-// Requeue delays of the ExternalAction reconciler, named once.
-const (
-	// requeueInFlight: an attempt of this process is in the dispatcher; look again for its outcome.
-	requeueInFlight = 50 * time.Millisecond
-	// requeueClaimLost: the claim lost a Conflict; the newer object decides again.
-	requeueClaimLost = 200 * time.Millisecond
-	// requeueFinalizeConflict: the finalizer's removal lost a Conflict.
-	requeueFinalizeConflict = 100 * time.Millisecond
-	// requeueNow: look again at once (the cache is behind a write of this reconcile).
-	requeueNow = time.Millisecond
-	// requeueCheckNotDispatched: a post-check the dispatcher did not take is asked again.
-	requeueCheckNotDispatched = time.Second
-	// requeueTombstoneConflict: the collector's deletion of an expired tombstone lost a Conflict.
-	requeueTombstoneConflict = time.Second
-)
 
 // Options are the ExternalAction reconciler's settings and optional collaborators; the zero value works.
 type Options struct {
@@ -141,8 +127,8 @@ type ExternalActionReconciler struct {
 	Limiter   *limiter.Registry
 	Exprs     *expr.Cache
 	Options   Options
-	// Dispatcher runs claimed sends outside the reconcile workers (DESIGN rule 10). SetupWithManager creates
-	// the manager's; a reconciler driven directly by a test gets an InlineDispatcher.
+	// Dispatcher runs claimed sends outside the reconcile workers (DESIGN rule 10). Required: the manager's
+	// wiring passes NewManagerDispatcher's; a test that drives Reconcile directly passes an InlineDispatcher.
 	Dispatcher Dispatcher
 
 	once  sync.Once
@@ -205,13 +191,13 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	// wakes this object). Nothing is decided, claimed or sent meanwhile, even past the claim's expiry.
 	if r.Dispatcher.Holds(nn) {
 		log.FromContext(ctx).V(1).Info("an attempt is in flight in the dispatcher; waiting for its outcome")
-		return ctrl.Result{RequeueAfter: requeueInFlight}, nil
+		return ctrl.Result{RequeueAfter: requeue.InFlight}, nil
 	}
 	// The cache is behind the outcome of an unclaimed attempt this manager wrote: wait for it (its watch event
 	// wakes the object), since no claim would stop a second send.
 	if r.parts.mailbox.behind(xa) {
 		log.FromContext(ctx).V(1).Info("the cache is behind a recorded outcome; waiting for it")
-		return ctrl.Result{RequeueAfter: requeueInFlight}, nil
+		return ctrl.Result{RequeueAfter: requeue.InFlight}, nil
 	}
 	if !xa.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, xa)
@@ -298,21 +284,10 @@ func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *ac
 	return ctrl.Result{}, nil
 }
 
-// build makes the reconciler's parts from its fields: the defaults of an unset Clock, Exprs, Limiter and
-// Dispatcher (an InlineDispatcher), the status writer, and the features, each handed the writer.
+// build makes the reconciler's parts from its fields (Clock, Exprs, Limiter and Dispatcher are required: the
+// manager's wiring passes them, and so does every test): the status writer, and the features, each handed the
+// writer.
 func (r *ExternalActionReconciler) build() {
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
-	if r.Exprs == nil {
-		r.Exprs = expr.NewCache(expr.DefaultCacheSize)
-	}
-	if r.Limiter == nil {
-		r.Limiter = limiter.NewRegistry()
-	}
-	if r.Dispatcher == nil {
-		r.Dispatcher = &InlineDispatcher{Clock: r.Clock}
-	}
 	if d, ok := r.Dispatcher.(*InlineDispatcher); ok && d.Deliver == nil {
 		d.Deliver = func(c dispatch.Completion[*send.Result]) { r.receive(c) }
 	}
@@ -360,24 +335,15 @@ func ignoreConflict(err error) error {
 	return err
 }
 
-// requeueAt requeues at t (from the schedule stored in status); zero t means no requeue.
-func requeueAt(t, now time.Time) ctrl.Result {
-	if t.IsZero() {
-		return ctrl.Result{}
-	}
-	return ctrl.Result{RequeueAfter: max(t.Sub(now), requeueNow)}
-}
-
 // SetupWithManager sets up the controller with the Manager: the dispatcher (started with the manager, only on
 // the leader), the cache indexes and the watches.
 func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Dispatcher == nil {
-		d, err := newManagerDispatcher(r)
-		if err != nil {
-			return err
-		}
-		r.Dispatcher = d
-		if err := mgr.Add(d); err != nil {
+		return errors.New("the ExternalAction reconciler has no dispatcher (NewManagerDispatcher)")
+	}
+	md, isManagers := r.Dispatcher.(*ManagerDispatcher)
+	if isManagers {
+		if err := mgr.Add(md); err != nil {
 			return fmt.Errorf("adding the dispatcher: %w", err)
 		}
 	}
@@ -393,9 +359,9 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		workers = DefaultMaxConcurrentReconciles
 	}
 	b := ctrl.NewControllerManagedBy(mgr).For(&actionsv1alpha1.ExternalAction{})
-	if d, ok := r.Dispatcher.(*managerDispatcher); ok {
+	if isManagers {
 		// Outcomes handed back by the dispatcher wake their object (DESIGN rule 10).
-		b = b.WatchesRawSource(source.Channel(d.outcomes, &handler.EnqueueRequestForObject{}))
+		b = b.WatchesRawSource(source.Channel(md.outcomes, &handler.EnqueueRequestForObject{}))
 	}
 	return b.
 		// spec.subject: a holder that finishes, is resolved or goes wakes the other actions on its subject.

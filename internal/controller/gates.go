@@ -17,6 +17,7 @@ import (
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/outputs"
+	"github.com/actionledger/actionledger/internal/requeue"
 	"github.com/actionledger/actionledger/internal/send"
 	"github.com/actionledger/actionledger/internal/status"
 	"github.com/actionledger/actionledger/internal/tracing"
@@ -29,10 +30,6 @@ import (
 // then passes the gates that make room for it, in the order that spends nothing before it is needed (no
 // token before the room, no Secret read before the last wait), and only then is the claim written (DESIGN
 // rule 1) and the job handed to the dispatcher (rule 10).
-
-// roomRecheck is about how often an action waiting for room at its destination looks again, jittered by up to
-// half of it (no hot loop: the ConcurrencyLimited status is written once, when the reason changes).
-const roomRecheck = 300 * time.Millisecond
 
 // facts is what one reconcile observed of an active action, gate by gate.
 type facts struct {
@@ -259,7 +256,7 @@ func (a *active) room(context.Context) *wait {
 		return nil
 	}
 	metrics.Delayed.WithLabelValues(dest.ID, actionsv1alpha1.ReasonConcurrencyLimited).Inc()
-	until := a.f.now.Add(roomRecheck/2 + time.Duration(a.f.env.Rand()*float64(roomRecheck)))
+	until := a.f.now.Add(requeue.NoRoom/2 + time.Duration(a.f.env.Rand()*float64(requeue.NoRoom)))
 	msg := fmt.Sprintf("waiting for destination %s (concurrency): %d request(s) in flight and %d queued",
 		dest.ID, d.InFlight(dest.ID), d.Queued(dest.ID))
 	return &wait{step: ledger.Delayed(&a.xa.Status, actionsv1alpha1.ReasonConcurrencyLimited, msg, until, a.f.env), destID: dest.ID}
@@ -323,7 +320,7 @@ func (a *active) claimAndSend(ctx context.Context) (ctrl.Result, error) {
 	claimed, err := a.claim(ctx, attempt)
 	if errors.Is(err, status.ErrClaimLost) {
 		logger.V(1).Info("claim lost to a newer version; nothing sent", "attempt", attempt)
-		return ctrl.Result{RequeueAfter: requeueClaimLost}, nil
+		return ctrl.Result{RequeueAfter: requeue.ClaimLost}, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, err
@@ -344,7 +341,7 @@ func (a *active) claimAndSend(ctx context.Context) (ctrl.Result, error) {
 		return r.record(ctx, claimed, p)
 	}
 	// Safety net: look again when the claim expires, should the outcome never come back.
-	return requeueAt(claimed.Status.Claim.ExpiresAt.Time, r.Clock.Now()), nil
+	return requeue.At(claimed.Status.Claim.ExpiresAt.Time, r.Clock.Now()), nil
 }
 
 // claim writes the claim of attempt in its span (a child of the reconcile span in ctx; none when tracing is off).
@@ -371,11 +368,11 @@ func (a *active) sendUnclaimed(ctx context.Context) (ctrl.Result, error) {
 	p, err := r.submit(ctx, tracing.Attempt(ctx, job, destination.Method(a.xa), send.Traced))
 	switch {
 	case errors.Is(err, dispatch.ErrAlreadyQueued):
-		return ctrl.Result{RequeueAfter: requeueInFlight}, nil
+		return ctrl.Result{RequeueAfter: requeue.InFlight}, nil
 	case p != nil: // back already, or refused by the dispatcher (not sent)
 		return r.record(ctx, a.xa, p)
 	}
-	return requeueAt(sent.Status.Claim.ExpiresAt.Time, r.Clock.Now()), nil
+	return requeue.At(sent.Status.Claim.ExpiresAt.Time, r.Clock.Now()), nil
 }
 
 // postCheck asks the destination's reconciliation post-check about an uncertain attempt (DESIGN rule 3). The
@@ -389,7 +386,7 @@ func (a *active) postCheck(ctx context.Context) (ctrl.Result, error) {
 			return ctrl.Result{}, err
 		}
 		if upd == nil { // a Conflict: observe again
-			return requeueAt(f.step.At, f.now), nil
+			return requeue.At(f.step.At, f.now), nil
 		}
 		a.xa = upd
 	}
@@ -408,7 +405,7 @@ func (a *active) postCheck(ctx context.Context) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: after}, nil
 	}
 	if !r.Dispatcher.HasRoom(f.dest.ID, xa.Namespace) {
-		return ctrl.Result{RequeueAfter: roomRecheck}, nil
+		return ctrl.Result{RequeueAfter: requeue.NoRoom}, nil
 	}
 	if w := a.credentials(ctx); w != nil {
 		return r.hold(ctx, xa, w)
@@ -422,11 +419,11 @@ func (a *active) postCheck(ctx context.Context) (ctrl.Result, error) {
 	case err != nil:
 		// Stopping, or already held: nothing was asked; the next reconcile decides again.
 		log.FromContext(ctx).V(1).Info("post-check not dispatched; asking again later", "error", err.Error())
-		return ctrl.Result{RequeueAfter: requeueCheckNotDispatched}, nil
+		return ctrl.Result{RequeueAfter: requeue.NotDispatched}, nil
 	case p != nil:
 		return r.settle(ctx, xa, p)
 	}
-	return ctrl.Result{RequeueAfter: job.Deadline.Sub(r.Clock.Now()) + requeueCheckNotDispatched}, nil
+	return ctrl.Result{RequeueAfter: job.Deadline.Sub(r.Clock.Now()) + requeue.NotDispatched}, nil
 }
 
 // unstall makes step end a stall on the destination when unblocked (ledger.Unblock of the stored status) is

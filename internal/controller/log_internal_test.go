@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/retry"
@@ -41,7 +42,8 @@ func TestRecordLogsOutcomeAndPhaseChange(t *testing.T) {
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(xa).WithStatusSubresource(xa).Build()
 	r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: fakeRecorder{events.NewFakeRecorder(10)},
-		Clock: clock.RealClock{}, Limiter: limiter.NewRegistry()}
+		Clock: clock.RealClock{}, Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Dispatcher: &InlineDispatcher{Clock: clock.RealClock{}}}
 	var lines []string
 	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{}))
 	o := ledger.Outcome{Class: retry.ClassSuccess, StatusCode: 201, FinishedAt: now,

@@ -334,7 +334,7 @@ func TestOAuth2TokenNeverLogged(t *testing.T) {
 	r := &controller.ExternalActionReconciler{
 		Client: direct, APIReader: direct, Scheme: app.Scheme, Recorder: annotated{rec}, Clock: clock.RealClock{},
 		Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())), Limiter: limiter.NewRegistry(),
-		Exprs:   expr.NewCache(16),
+		Exprs: expr.NewCache(16), Dispatcher: &controller.InlineDispatcher{Clock: clock.RealClock{}},
 		Options: controller.Options{Holder: "logs", ClaimMargin: time.Second},
 	}
 	var mu sync.Mutex

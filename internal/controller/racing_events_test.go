@@ -76,7 +76,7 @@ func TestTombstoneStoreDownOneWarningWithRacingReconcilers(t *testing.T) {
 		return &controller.ExternalActionReconciler{
 			Client: c, APIReader: live, Scheme: app.Scheme, Recorder: annotated{rec}, Clock: clock.RealClock{},
 			Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())),
-			Limiter:  limiter.NewRegistry(), Exprs: expr.NewCache(16),
+			Limiter:  limiter.NewRegistry(), Exprs: expr.NewCache(16), Dispatcher: &controller.InlineDispatcher{Clock: clock.RealClock{}},
 			Options: controller.Options{Holder: holder, ClaimMargin: time.Second, TombstoneStore: downStore{}},
 		}
 	}

@@ -63,7 +63,7 @@ func TestRetentionUsesTheControllersClock(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&actionsv1alpha1.ExternalAction{}).WithObjects(dest, xa).Build()
 	exec := &created201{}
 	r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: events.NewFakeRecorder(100), Clock: clk,
-		Executor: exec, Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Executor: exec, Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Dispatcher: &InlineDispatcher{Clock: clk},
 		Options: Options{Holder: "test", ClaimMargin: time.Second},
 	}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(xa)}
@@ -182,7 +182,7 @@ func TestOutcomeUnknownNeverCollected(t *testing.T) {
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&actionsv1alpha1.ExternalAction{}).WithObjects(xa).Build()
 	r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: events.NewFakeRecorder(10), Clock: clk,
-		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Dispatcher: &InlineDispatcher{Clock: clk},
 		Options: Options{Holder: "test"},
 	}
 	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(xa)})
@@ -222,7 +222,7 @@ func TestResolveWithoutDestinationKeepsRetention(t *testing.T) {
 			}
 			c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&actionsv1alpha1.ExternalAction{}).WithObjects(xa).Build()
 			r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: events.NewFakeRecorder(10), Clock: clk,
-				Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+				Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Dispatcher: &InlineDispatcher{Clock: clk},
 				Options: Options{Holder: "test"},
 			}
 			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(xa)}

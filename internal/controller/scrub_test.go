@@ -223,7 +223,8 @@ func (f *statusFaults) reconciler(t *testing.T, name string, rec *events.FakeRec
 	return &controller.ExternalActionReconciler{
 		Client: faulty, APIReader: direct, Scheme: app.Scheme, Recorder: annotated{rec}, Clock: clock.RealClock{},
 		Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())), Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
-		Options: controller.Options{Holder: "faulty-" + name, ClaimMargin: time.Second},
+		Dispatcher: &controller.InlineDispatcher{Clock: clock.RealClock{}},
+		Options:    controller.Options{Holder: "faulty-" + name, ClaimMargin: time.Second},
 	}
 }
 
@@ -348,7 +349,8 @@ func TestDeletionNotHeldByParkedOutcome(t *testing.T) {
 	r := &controller.ExternalActionReconciler{
 		Client: faulty, APIReader: direct, Scheme: app.Scheme, Recorder: fakeEventRecorder(), Clock: clock.RealClock{},
 		Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())), Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
-		Options: controller.Options{Holder: "parked", ClaimMargin: time.Second},
+		Dispatcher: &controller.InlineDispatcher{Clock: clock.RealClock{}},
+		Options:    controller.Options{Holder: "parked", ClaimMargin: time.Second},
 	}
 	req := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "del"}}
 	envtestutil.Eventually(t, 60*time.Second, envtestutil.Say("the deleted action to go"), func() bool {

@@ -72,7 +72,7 @@ func TestReconcileWaitsWhileTheDispatcherHoldsTheAttempt(t *testing.T) {
 		Executor: exec, Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
 		Options: Options{Holder: "test", ClaimMargin: time.Second},
 	}
-	d, err := newManagerDispatcher(r)
+	d, err := NewManagerDispatcher(r)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/requeue"
 	"github.com/actionledger/actionledger/internal/retry"
 	"github.com/actionledger/actionledger/internal/send"
 	"github.com/actionledger/actionledger/internal/tracing"
@@ -64,7 +65,7 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 			upd.DeletionTimestamp.IsZero() {
 			return r.parts.outputs.Settle(ctx, upd)
 		}
-		return requeueAt(s.Step.At, r.Clock.Now()), nil
+		return requeue.At(s.Step.At, r.Clock.Now()), nil
 	case s.Closed:
 		r.parts.mailbox.drop(nn)
 		r.parts.outputs.Forget(nn)
@@ -86,7 +87,7 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 		}
 		r.parts.mailbox.drop(nn)
 		if c := s.From.Status.Claim; c != nil {
-			return requeueAt(c.ExpiresAt.Time, r.Clock.Now()), nil
+			return requeue.At(c.ExpiresAt.Time, r.Clock.Now()), nil
 		}
 		return ctrl.Result{}, nil
 	case s.Stuck:
@@ -128,7 +129,7 @@ func (r *ExternalActionReconciler) finalizeWithOutcome(ctx context.Context, xa *
 func (r *ExternalActionReconciler) recordCheck(ctx context.Context, xa *actionsv1alpha1.ExternalAction, p *send.Result) (ctrl.Result, error) {
 	defer r.parts.mailbox.drop(client.ObjectKeyFromObject(xa))
 	if p.Check.Skipped {
-		return ctrl.Result{RequeueAfter: roomRecheck}, nil
+		return ctrl.Result{RequeueAfter: requeue.NoRoom}, nil
 	}
 	log.FromContext(ctx).V(1).Info("post-check", "attempt", p.Attempt, "verdict", p.Check.Verdict)
 	s := r.parts.writer.Settle(ctx, xa, func(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
@@ -136,7 +137,7 @@ func (r *ExternalActionReconciler) recordCheck(ctx context.Context, xa *actionsv
 	})
 	switch {
 	case s.Written != nil:
-		return requeueAt(s.Step.At, r.Clock.Now()), nil
+		return requeue.At(s.Step.At, r.Clock.Now()), nil
 	case s.Closed, s.Gone:
 		return ctrl.Result{}, nil
 	case s.Refused != nil:
@@ -144,7 +145,7 @@ func (r *ExternalActionReconciler) recordCheck(ctx context.Context, xa *actionsv
 		return ctrl.Result{}, r.parts.writer.Refused(xa, fmt.Sprintf("the post-check verdict %s", p.Check.Verdict), s.Refused)
 	}
 	log.FromContext(ctx).V(1).Info("post-check verdict not written; asking again later", "error", s.Err.Error())
-	return ctrl.Result{RequeueAfter: requeueCheckNotDispatched}, nil
+	return ctrl.Result{RequeueAfter: requeue.NotDispatched}, nil
 }
 
 // logOutcome logs one attempt's recorded outcome at info level: the action (klog.KObj), the attempt, the

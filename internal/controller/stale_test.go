@@ -66,7 +66,7 @@ func TestStaleCacheSendsNothing(t *testing.T) {
 	r := &controller.ExternalActionReconciler{
 		Client: lagging, APIReader: staleClient, Scheme: app.Scheme,
 		Recorder: fakeEventRecorder(), Clock: clock.RealClock{}, Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())),
-		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Dispatcher: &controller.InlineDispatcher{Clock: clock.RealClock{}},
 		Options: controller.Options{Holder: "stale-holder", ClaimMargin: time.Second},
 	}
 	for range 3 {

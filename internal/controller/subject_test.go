@@ -48,7 +48,7 @@ func blindReconciler(t *testing.T, holder string) *controller.ExternalActionReco
 	return &controller.ExternalActionReconciler{
 		Client: blind, APIReader: direct, Scheme: app.Scheme,
 		Recorder: fakeEventRecorder(), Clock: clock.RealClock{}, Executor: httpexec.New(httpexec.WithEgressPolicy(envtestutil.LoopbackPolicy())),
-		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
+		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Dispatcher: &controller.InlineDispatcher{Clock: clock.RealClock{}},
 		Options: controller.Options{Holder: holder, ClaimMargin: time.Second},
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/metrics"
+	"github.com/actionledger/actionledger/internal/requeue"
 )
 
 // apply writes step with the status writer (Apply: a Conflict observes again) and requeues from the schedule.
@@ -21,7 +22,7 @@ func (r *ExternalActionReconciler) apply(ctx context.Context, xa *actionsv1alpha
 	if _, err := r.parts.writer.Apply(ctx, xa, step, destID); err != nil {
 		return ctrl.Result{}, err
 	}
-	return requeueAt(step.At, r.Clock.Now()), nil
+	return requeue.At(step.At, r.Clock.Now()), nil
 }
 
 // hold carries out a gate's wait: its error for the workqueue, or its step written and the requeue it asks.
@@ -89,12 +90,12 @@ func (r *ExternalActionReconciler) observeFinished(ctx context.Context, cached *
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !xa.Status.Phase.Terminal() {
-		return ctrl.Result{RequeueAfter: requeueNow}, nil
+		return ctrl.Result{RequeueAfter: requeue.Now}, nil
 	}
 	env, destID := r.envOf(ctx, xa)
 	st := ledger.ObserveFinished(&xa.Status, env)
 	if st == nil {
-		return ctrl.Result{RequeueAfter: requeueNow}, nil
+		return ctrl.Result{RequeueAfter: requeue.Now}, nil
 	}
 	log.FromContext(ctx).Info("observed a new generation of a finished action", "generation", xa.Generation,
 		"phase", st.Phase, "expiresAt", st.ExpiresAt)
@@ -132,5 +133,5 @@ func (r *ExternalActionReconciler) resolve(ctx context.Context, xa *actionsv1alp
 	if err := r.Patch(ctx, xa, patch); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	return ctrl.Result{RequeueAfter: requeueNow}, nil
+	return ctrl.Result{RequeueAfter: requeue.Now}, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/metrics"
+	"github.com/actionledger/actionledger/internal/requeue"
 	"github.com/actionledger/actionledger/internal/tombstone"
 )
 
@@ -220,7 +221,7 @@ func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1al
 	if err := r.Patch(ctx, xa, patch); err != nil {
 		if apierrors.IsConflict(err) {
 			// Not finalized yet: look again (an outcome parked in memory waits for this, finalizeWithOutcome).
-			return ctrl.Result{RequeueAfter: requeueFinalizeConflict}, nil
+			return ctrl.Result{RequeueAfter: requeue.Conflict}, nil
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -269,7 +270,7 @@ func (r *TombstoneReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	uid, rv := ts.UID, ts.ResourceVersion
 	if err := r.Delete(ctx, ts, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: requeueTombstoneConflict}, nil
+			return ctrl.Result{RequeueAfter: requeue.TombstoneConflict}, nil
 		}
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("deleting expired tombstone: %w", err)

@@ -7,10 +7,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/retry"
 )
 
@@ -23,7 +26,8 @@ func TestUnclaimedOutcomesThatDisagreeAreReported(t *testing.T) {
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).Build()
 	rec := events.NewFakeRecorder(10)
-	r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: rec}
+	r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: rec, Clock: clock.RealClock{},
+		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Dispatcher: &InlineDispatcher{Clock: clock.RealClock{}}}
 	r.once.Do(r.build)
 	recorded := func(phase actionsv1alpha1.Phase) *actionsv1alpha1.ExternalAction {
 		return &actionsv1alpha1.ExternalAction{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "a"},

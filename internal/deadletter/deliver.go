@@ -21,20 +21,11 @@ import (
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/metrics"
+	"github.com/actionledger/actionledger/internal/requeue"
 	"github.com/actionledger/actionledger/internal/retry"
 	"github.com/actionledger/actionledger/internal/send"
 	"github.com/actionledger/actionledger/internal/status"
 	"github.com/actionledger/actionledger/internal/tracing"
-)
-
-// Requeue delays of a delivery, named once.
-const (
-	// requeueClaimLost: the claim lost a Conflict; the newer object decides again.
-	requeueClaimLost = 200 * time.Millisecond
-	// requeueNoRoom: the sink has no room in the dispatcher.
-	requeueNoRoom = 300 * time.Millisecond
-	// requeueNow: a result is back (in the mailbox) or a status was written: look again at once.
-	requeueNow = time.Millisecond
 )
 
 // Manager delivers dead-letter records. The controller calls Reconcile for every terminal action (before its
@@ -87,7 +78,7 @@ func (m *Manager) Reconcile(ctx context.Context, xa *actionsv1alpha1.ExternalAct
 	if serr == nil {
 		cur := xa.Status.DeadLetter
 		if step := Advance(cur, m.sinkEnv(xa, cur, s.dest, now)); step.Status == nil && step.Kind == ledger.KindWait {
-			return ctrl.Result{RequeueAfter: max(step.At.Sub(now), requeueNow)}, true, nil // no read, no write
+			return ctrl.Result{RequeueAfter: requeue.After(step.At, now)}, true, nil // no read, no write
 		}
 	}
 	fresh := &actionsv1alpha1.ExternalAction{}
@@ -95,7 +86,7 @@ func (m *Manager) Reconcile(ctx context.Context, xa *actionsv1alpha1.ExternalAct
 		return ctrl.Result{}, true, client.IgnoreNotFound(err)
 	}
 	if !Owed(&fresh.Status) || (!fresh.Status.Phase.Terminal() && fresh.DeletionTimestamp.IsZero()) {
-		return ctrl.Result{RequeueAfter: requeueNow}, true, nil // the cache is behind: look again
+		return ctrl.Result{RequeueAfter: requeue.Now}, true, nil // the cache is behind: look again
 	}
 	return m.decide(ctx, fresh, s, serr, now)
 }
@@ -109,7 +100,7 @@ func (m *Manager) decide(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 			if _, err := m.write(ctx, xa, NamespaceDeleted(cur, serr.Error()), cur.Sink); err != nil {
 				return ctrl.Result{}, true, err
 			}
-			return ctrl.Result{RequeueAfter: requeueNow}, true, nil
+			return ctrl.Result{RequeueAfter: requeue.Now}, true, nil
 		}
 		return m.refuse(ctx, xa, cur, destination.Reason(serr, actionsv1alpha1.ReasonDestinationNotReady), serr.Error())
 	}
@@ -122,9 +113,9 @@ func (m *Manager) decide(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 		if _, err := m.write(ctx, xa, step, s.id); err != nil {
 			return ctrl.Result{}, true, err
 		}
-		return ctrl.Result{RequeueAfter: requeueNow}, true, nil
+		return ctrl.Result{RequeueAfter: requeue.Now}, true, nil
 	case step.Kind == ledger.KindWait:
-		return ctrl.Result{RequeueAfter: max(step.At.Sub(now), requeueNow)}, true, nil
+		return ctrl.Result{RequeueAfter: requeue.After(step.At, now)}, true, nil
 	}
 	return ctrl.Result{}, false, nil
 }
@@ -158,11 +149,11 @@ func (m *Manager) giveUp(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 	step, err := GiveUp(fresh.Status.DeadLetter, decision, fresh.Annotations[actionsv1alpha1.AnnotationDeadLetterReason], now)
 	switch {
 	case err == nil && step.Status == nil: // an open delivery attempt: its answer comes first
-		return ctrl.Result{RequeueAfter: max(step.At.Sub(now), requeueNow)}, nil
+		return ctrl.Result{RequeueAfter: requeue.After(step.At, now)}, nil
 	case err == nil:
 		upd, werr := m.write(ctx, fresh, step, fresh.Status.DeadLetter.Sink)
 		if werr != nil || upd == nil {
-			return ctrl.Result{RequeueAfter: requeueClaimLost}, werr // a Conflict: the next reconcile decides again
+			return ctrl.Result{RequeueAfter: requeue.ClaimLost}, werr // a Conflict: the next reconcile decides again
 		}
 		log.FromContext(ctx).Info("dead-letter record given up by a person", "sink", upd.Status.DeadLetter.Sink)
 		fresh = upd
@@ -176,7 +167,7 @@ func (m *Manager) giveUp(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 	if err := m.Writer.Client.Patch(ctx, fresh, patch); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	return ctrl.Result{RequeueAfter: requeueNow}, nil
+	return ctrl.Result{RequeueAfter: requeue.Now}, nil
 }
 
 // namespaceGoing reports whether namespace is being deleted (read from the API server; an error says no).
@@ -271,7 +262,7 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 		return m.refuse(ctx, xa, cur, actionsv1alpha1.ReasonPathOutsideBase, "deadLetter.path: "+err.Error())
 	}
 	if !m.HasRoom(s.id, xa.Namespace) {
-		return ctrl.Result{RequeueAfter: requeueNoRoom}, true, nil
+		return ctrl.Result{RequeueAfter: requeue.NoRoom}, true, nil
 	}
 	if err := m.Resolver.LoadCredentials(ctx, s.dest); err != nil {
 		return m.refuse(ctx, xa, cur, destination.Reason(err, actionsv1alpha1.ReasonDestinationNotReady), err.Error())
@@ -282,7 +273,7 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 	}
 	claimed, err := m.write(ctx, xa, step, s.id)
 	if err != nil || claimed == nil {
-		return ctrl.Result{RequeueAfter: requeueClaimLost}, true, err // a Conflict: nothing is sent
+		return ctrl.Result{RequeueAfter: requeue.ClaimLost}, true, err // a Conflict: nothing is sent
 	}
 	ctx, span := tracing.Reconcile(ctx, claimed, s.id, env.Now) // traced like an attempt (docs/tracing.md)
 	defer span.End()
@@ -294,9 +285,9 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 		res, err := m.Record(ctx, claimed, p)
 		return res, true, err
 	case p != nil: // back already: in the mailbox, recorded by the next reconcile
-		return ctrl.Result{RequeueAfter: requeueNow}, true, nil
+		return ctrl.Result{RequeueAfter: requeue.Now}, true, nil
 	}
-	return ctrl.Result{RequeueAfter: max(claimed.Status.DeadLetter.Claim.ExpiresAt.Sub(m.Clock.Now()), requeueNow)}, true, nil
+	return ctrl.Result{RequeueAfter: requeue.After(claimed.Status.DeadLetter.Claim.ExpiresAt.Time, m.Clock.Now())}, true, nil
 }
 
 // job is the dispatcher job of the claimed delivery attempt: one POST of the record to target under the key
@@ -377,7 +368,7 @@ func (m *Manager) Record(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 		count(written)
 		log.FromContext(ctx).Info("dead-letter delivery attempt finished", "attempt", p.Attempt, "sink", written.Status.Sink,
 			"state", string(written.Status.State), "statusCode", p.Outcome.StatusCode, "errorClass", p.Outcome.ErrorClass)
-		return ctrl.Result{RequeueAfter: requeueNow}, nil
+		return ctrl.Result{RequeueAfter: requeue.Now}, nil
 	case s.Closed, s.Gone:
 		return ctrl.Result{}, nil
 	case s.Refused != nil:

@@ -272,7 +272,7 @@ func claim(cur *actionsv1alpha1.DeadLetterStatus, env ledger.Env) Step {
 	st.Attempts++
 	timeout := env.AttemptTimeout
 	if timeout <= 0 {
-		timeout = ledger.DefaultAttemptTimeout
+		timeout = actionsv1alpha1.DefaultTimeout
 	}
 	expires := ledger.CeilSecond(env.Now.Add(timeout + env.Margin()))
 	st.Claim = &actionsv1alpha1.AttemptClaim{Attempt: st.Attempts, Holder: env.Holder, StartedAt: metav1.NewTime(env.Now),

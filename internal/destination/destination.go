@@ -24,7 +24,6 @@ import (
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/httpexec"
-	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/redact"
 	"github.com/actionledger/actionledger/internal/retry"
@@ -35,7 +34,6 @@ const KindClusterDestination = "ClusterDestination"
 
 // Policy defaults (CONTRACT "retryPolicy", "retention").
 const (
-	DefaultTimeout          = ledger.DefaultAttemptTimeout
 	DefaultMaxAttempts      = 5
 	DefaultInitialBackoff   = time.Second
 	DefaultMaxBackoff       = 5 * time.Minute
@@ -223,7 +221,7 @@ func Exposure(cd *actionsv1alpha1.ClusterDestination) *redact.Exposure {
 
 // withDefaults is spec resolved as destination id with every default applied (CONTRACT).
 func withDefaults(id string, spec *actionsv1alpha1.DestinationSpec) *Resolved {
-	rd := &Resolved{ID: id, Spec: spec, Timeout: DefaultTimeout, KeyHeader: DefaultIdempotencyHdr}
+	rd := &Resolved{ID: id, Spec: spec, Timeout: actionsv1alpha1.DefaultTimeout, KeyHeader: DefaultIdempotencyHdr}
 	if spec.Timeout != nil && spec.Timeout.Duration > 0 {
 		rd.Timeout = spec.Timeout.Duration
 	}

@@ -20,7 +20,8 @@ const (
 	// DefaultMaxInFlight is a destination's limit of sends in flight when Job.MaxInFlight is not positive
 	// (CONTRACT spec.concurrency.maxInFlight default).
 	DefaultMaxInFlight = 64
-	// MaxMaxInFlight is the largest per-destination limit; a larger Job.MaxInFlight is cut to it.
+	// MaxMaxInFlight is the largest per-destination limit; a larger Job.MaxInFlight is cut to it. The CRDs'
+	// Maximum of spec.concurrency.maxInFlight writes it out as well (TestBoundsAgree in internal/destination).
 	MaxMaxInFlight = 1024
 	// DefaultGlobalMaxInFlight is the manager-wide limit of sends in flight when Options.MaxInFlight is not
 	// positive (--max-in-flight default).

@@ -49,14 +49,17 @@ import (
 	"net/http/httptrace"
 	"sync/atomic"
 	"time"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 )
 
 // Defaults used by New when no Option overrides them.
 const (
 	// DefaultTimeout is the per-attempt timeout used when Request.Timeout is
-	// zero or negative (30 seconds). It covers connecting, sending the request,
-	// and reading the response header and body.
-	DefaultTimeout = 30 * time.Second
+	// zero or negative: a destination's default spec.timeout (30 seconds,
+	// actionsv1alpha1.DefaultTimeout). It covers connecting, sending the
+	// request, and reading the response header and body.
+	DefaultTimeout = actionsv1alpha1.DefaultTimeout
 	// DefaultMaxReadBytes is the hard limit on how many response body bytes are
 	// read (and hashed) per attempt: 16 MiB.
 	DefaultMaxReadBytes int64 = 16 << 20

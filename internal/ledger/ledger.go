@@ -19,10 +19,9 @@ import (
 
 // Defaults of the ledger, defined here once (CONTRACT).
 const (
-	// HistoryLimit is the number of finished attempts kept in status.attemptHistory.
+	// HistoryLimit is the number of finished attempts kept in status.attemptHistory; the CRD's MaxItems of that
+	// field writes it out as well (TestBoundsAgree in internal/destination ties them).
 	HistoryLimit = 10
-	// DefaultAttemptTimeout is a destination's per-attempt timeout when spec.timeout is not set.
-	DefaultAttemptTimeout = 30 * time.Second
 	// ClaimlessWindow is how long after an action's creation its first attempt may go without a claim
 	// (Env.Claimless); at least the attempt timeout plus the claim margin. It bounds what a crash-looping manager
 	// can send again (docs/concepts.md "Sends without a claim").
@@ -200,7 +199,7 @@ func claim(cur *actionsv1alpha1.ExternalActionStatus, env Env) Step {
 	st.Attempts++
 	timeout := env.AttemptTimeout
 	if timeout <= 0 {
-		timeout = DefaultAttemptTimeout
+		timeout = actionsv1alpha1.DefaultTimeout
 	}
 	margin := env.Margin()
 	// metav1.Time is stored with second precision: round the expiry up so that the stored value is never earlier

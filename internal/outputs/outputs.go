@@ -31,6 +31,7 @@ import (
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/redact"
+	"github.com/actionledger/actionledger/internal/requeue"
 	"github.com/actionledger/actionledger/internal/status"
 )
 
@@ -70,22 +71,6 @@ type Manager struct {
 
 	// held holds the values taken from a successful response until the target is written; kept nowhere else.
 	held sync.Map // types.NamespacedName -> *heldOutputs
-}
-
-// Requeue delays of the outputs, named once.
-const (
-	// requeueConflict is how soon an outputs step that lost a Conflict looks again.
-	requeueConflict = 100 * time.Millisecond
-	// requeueNow looks again at once (the cache is behind a write).
-	requeueNow = time.Millisecond
-)
-
-// requeueAt requeues at t; zero t means no requeue.
-func requeueAt(t, now time.Time) ctrl.Result {
-	if t.IsZero() {
-		return ctrl.Result{}
-	}
-	return ctrl.Result{RequeueAfter: max(t.Sub(now), requeueNow)}
 }
 
 // Forget drops the values held for nn (the object is gone, or its outputs are settled elsewhere).
@@ -453,14 +438,14 @@ func (mgr *Manager) Reconcile(ctx context.Context, cached *actionsv1alpha1.Exter
 		return ctrl.Result{}, true, client.IgnoreNotFound(err)
 	}
 	if xa.Status.Phase != actionsv1alpha1.PhaseSucceeded || !xa.DeletionTimestamp.IsZero() {
-		return ctrl.Result{RequeueAfter: requeueNow}, true, nil
+		return ctrl.Result{RequeueAfter: requeue.Now}, true, nil
 	}
 	if xa.Status.Outputs == nil {
 		res, err := mgr.Settle(ctx, xa)
 		return res, true, err
 	}
 	if out == nil || xa.Status.Outputs.Reason != out.Reason {
-		return ctrl.Result{RequeueAfter: requeueNow}, true, nil // the cache is behind
+		return ctrl.Result{RequeueAfter: requeue.Now}, true, nil // the cache is behind
 	}
 	missing := *xa.Status.Outputs
 	missing.Reason = actionsv1alpha1.ReasonOutputMissing
@@ -473,7 +458,7 @@ func (mgr *Manager) Reconcile(ctx context.Context, cached *actionsv1alpha1.Exter
 
 // writeStep writes a step of ledger.SettleOutputs with the status writer (the phase stays Succeeded, so none
 // of the terminal bookkeeping is repeated); written reports that it was written. A Conflict looks again
-// shortly (requeueConflict).
+// shortly (requeue.Conflict).
 func (mgr *Manager) writeStep(ctx context.Context, xa *actionsv1alpha1.ExternalAction,
 	step ledger.Step) (res ctrl.Result, written bool, err error) {
 	if step.Status == nil {
@@ -484,11 +469,11 @@ func (mgr *Manager) writeStep(ctx context.Context, xa *actionsv1alpha1.ExternalA
 		return ctrl.Result{}, false, err
 	}
 	if upd == nil {
-		return ctrl.Result{RequeueAfter: requeueConflict}, false, nil
+		return ctrl.Result{RequeueAfter: requeue.Conflict}, false, nil
 	}
 	log.FromContext(ctx).Info("outputs settled", "reason", upd.Status.Outputs.Reason, "kind", upd.Status.Outputs.Kind,
 		"name", upd.Status.Outputs.Name, "keys", len(upd.Status.Outputs.Keys))
-	return requeueAt(step.At, mgr.Clock.Now()), true, nil
+	return requeue.At(step.At, mgr.Clock.Now()), true, nil
 }
 
 // gone reports whether the written target of xa no longer exists (or was replaced by an object the action

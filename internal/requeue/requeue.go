@@ -1,0 +1,63 @@
+// Package requeue names, once, the short requeue delays of the ExternalAction reconciler and of the parts it
+// runs (the outputs settlement in package outputs, the dead-letter delivery in package deadletter).
+//
+// Each delay is a ctrl.Result.RequeueAfter: how long a reconcile that stopped short waits before the object is
+// looked at again. Only NoRoom is jittered, where its doc says. They are short on purpose: each one waits for something that is already
+// on its way (a write in the informer cache, a result in the dispatcher, a newer object after a Conflict), and
+// a watch event usually wakes the object sooner; the delay only bounds the wait when no event comes. Waits
+// that come from the recorded schedule (a backoff, a claim's expiry) are not named here: At turns them into a
+// result.
+package requeue
+
+import (
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+const (
+	// Now (1 ms) looks again at once: the informer cache is behind a status write of this reconcile, or a
+	// result is back in the mailbox. It is also the floor of At, so a step that is due requeues, never 0.
+	Now = time.Millisecond
+
+	// InFlight (50 ms) waits for an attempt of this process that the dispatcher still holds, or for the cache
+	// to show an outcome this manager wrote; the dispatcher's completion wakes the object sooner.
+	InFlight = 50 * time.Millisecond
+
+	// Conflict (100 ms) follows a status write (the outputs settlement) or the finalizer's removal that lost a
+	// Conflict: the newer object is in the cache within about one watch round trip.
+	Conflict = 100 * time.Millisecond
+
+	// ClaimLost (200 ms) follows a claim (of an attempt or of a dead-letter delivery) or a person's give-up of a
+	// dead-letter record whose write lost a Conflict: another reconcile or manager wrote first, and the newer
+	// object decides again. Nothing was sent.
+	ClaimLost = 200 * time.Millisecond
+
+	// NoRoom (300 ms) is about how often a job waiting for room at its destination in the dispatcher looks
+	// again. A send waits a jittered [NoRoom/2, 3*NoRoom/2), recorded as a ConcurrencyLimited delay (written
+	// only when the reason changes); a post-check and a dead-letter delivery wait NoRoom itself and write
+	// nothing.
+	NoRoom = 300 * time.Millisecond
+
+	// NotDispatched (1 s) follows a post-check the dispatcher did not take (stopping, or the key already held)
+	// or a verdict that could not be written: the post-check is only a read, so it is asked again later.
+	NotDispatched = time.Second
+
+	// TombstoneConflict (1 s) follows the tombstone collector's deletion of an expired tombstone that lost a
+	// Conflict (the tombstone was renewed meanwhile): the next reconcile reads its new expiry.
+	TombstoneConflict = time.Second
+)
+
+// After is how long until t (a step's time from the recorded schedule), at least Now: a t at or before now
+// requeues at once.
+func After(t, now time.Time) time.Duration {
+	return max(t.Sub(now), Now)
+}
+
+// At requeues at t (from the schedule stored in status), at least Now from now; a zero t means no requeue.
+func At(t, now time.Time) ctrl.Result {
+	if t.IsZero() {
+		return ctrl.Result{}
+	}
+	return ctrl.Result{RequeueAfter: After(t, now)}
+}
