@@ -278,8 +278,12 @@ func (p *product) floodAccounts(t *testing.T) []string {
 }
 
 // flood is a running flood of ConfigMap creates.
+// floodWarmCreates is how many creates the flood makes before the measured actions start.
+const floodWarmCreates = 2000
+
 type flood struct {
 	stop            chan struct{}
+	stopOnce        sync.Once
 	wg              sync.WaitGroup
 	began           time.Time
 	created, failed atomic.Int64
@@ -317,13 +321,18 @@ func (p *product) startFlood(t *testing.T, tokens []string) *flood {
 			})
 		}
 	}
-	time.Sleep(3 * time.Second) // let the flood fill the queues before measuring
+	t.Cleanup(func() { f.halt() }) // a test that fails below leaves no flood running
+	// Measure once the flood is in full swing: its clients have made floodWarmCreates creates (about 2 s of it on
+	// this machine), so the API server's queues are full before the first measured create.
+	poll(t, time.Minute, fmt.Sprintf("the flood's first %d creates", floodWarmCreates), func(context.Context) (bool, error) {
+		return f.created.Load() >= floodWarmCreates, nil
+	})
 	return f
 }
 
 // halt stops the flood and describes it.
 func (f *flood) halt() string {
-	close(f.stop)
+	f.stopOnce.Do(func() { close(f.stop) })
 	f.wg.Wait()
 	secs := time.Since(f.began).Seconds()
 	return fmt.Sprintf("%d clients of %d ServiceAccounts, %.0f creates/s, %d refused or timed out",

@@ -143,7 +143,7 @@ func (p *product) applySample(t *testing.T, ns, file, url string, oldNew ...stri
 // from the TokenRequest API.
 func testWhyAndGateway(t *testing.T, p *product) {
 	if p.sampleNS == "" {
-		t.Skip("needs the sample's namespace and destination")
+		t.Fatal("needs the SampleSucceeds step before it (its namespace and destination): run -run 'TestInstalledProduct/(SampleSucceeds|<this step>)'")
 	}
 	ns := p.sampleNS
 	p.kubectl(t, "create", "serviceaccount", "checkout", "-n", ns)
@@ -295,7 +295,7 @@ func testOutputCollectedLater(t *testing.T, p *product) { outputCollected(t, p, 
 
 func outputCollected(t *testing.T, p *product, name string) {
 	if p.sampleNS == "" {
-		t.Skip("needs the sample's namespace and destination")
+		t.Fatal("needs the SampleSucceeds step before it (its namespace and destination): run -run 'TestInstalledProduct/(SampleSucceeds|<this step>)'")
 	}
 	ctx := context.Background()
 	ns := p.sampleNS
