@@ -95,6 +95,11 @@ func TestClaimlessFirstAttemptIsOneStatusWrite(t *testing.T) {
 		if xa.Status.Attempts != 1 || xa.Status.Claim != nil || xa.Status.Fingerprint == "" || xa.Status.IdempotencyKey != ns+"/"+name {
 			t.Errorf("%s: status = %s", name, envtestutil.JSON(xa.Status))
 		}
+		// The watch may lag behind the read that saw Succeeded: wait until it has delivered that version too.
+		envtestutil.Eventually(t, 10*time.Second, envtestutil.Say(name+": the watch sees Succeeded"), func() bool {
+			sts := seen.statuses(name)
+			return len(sts) > 0 && sts[len(sts)-1].Phase == actionsv1alpha1.PhaseSucceeded
+		})
 		claims := 0
 		sts := seen.statuses(name)
 		for _, st := range sts {
