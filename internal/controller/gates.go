@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,10 +27,15 @@ import (
 // One reconcile of an active (Pending or InProgress) action is an ordered list of gates. Each gate observes one
 // thing and adds it to the facts, or stops the reconcile with one typed wait: the ledger step that records why
 // (written with the status writer's Apply; none when nothing changed) and when to look again. After the
-// observing gates the ledger makes the one decision of the reconcile (ledger.Advance); a send or a post-check
-// then passes the gates that make room for it, in the order that spends nothing before it is needed (no
-// token before the room, no Secret read before the last wait), and only then is the claim written (DESIGN
-// rule 1) and the job handed to the dispatcher (rule 10).
+// observing gates the ledger makes the one decision of the reconcile (ledger.Advance), and the decision's
+// variant carries it out: a send or a post-check passes the gates that make room for it, in the order that
+// spends nothing before it is needed (no token before the room, no Secret read before the last wait), and only
+// then is the claim written (DESIGN rule 1) and the job handed to the dispatcher (rule 10).
+//
+// The lists are written once and the variants are composed of them, as Cluster API's machine controller appends
+// a phase's functions to its alwaysReconcile list: a gate added to a list holds for every variant that passes
+// it. What differs between variants is data: whether a delay is recorded (variant.quiet, wait.quiet) and how
+// an attempt holds its claim (claimHold).
 
 // facts is what one reconcile observed of an active action, gate by gate.
 type facts struct {
@@ -50,12 +56,16 @@ type facts struct {
 
 // wait is what a gate decided instead of going on: step to write (Status nil: nothing to write; its Event is
 // emitted after the write), when to look again (0: step.At), the destination to name in logs and metrics, or
-// an error for the workqueue.
+// an error for the workqueue. quiet, when set, marks a delay at the destination (no room, its rate limit or
+// retry budget): a quiet variant waits that long and writes nothing. result, when set, is a post-check's
+// result to record in place of its answer (the check was not asked).
 type wait struct {
 	step   ledger.Step
 	after  time.Duration
 	destID string
 	err    error
+	quiet  time.Duration
+	result *send.Result
 }
 
 // active is the scope of one reconcile of an active action.
@@ -67,23 +77,56 @@ type active struct {
 
 type gate func(ctx context.Context) *wait
 
-// reconcileActive observes xa through the gates, lets the ledger decide, and carries the decision out.
+// variant is how the ledger's step is carried out: the gates it passes after the observing ones, whether its
+// delays are waited without a status write (quiet), and what is done once every gate is passed.
+type variant struct {
+	gates []gate
+	// quiet: a delay (wait.quiet) is waited, not recorded. A post-check's status is its own schedule (the
+	// uncertain claim it asks about, PostCheckPending); a send's delay is recorded (ConcurrencyLimited,
+	// RateLimited, RetryBudgetExhausted) so that the reason it waits shows.
+	quiet bool
+	carry func(ctx context.Context) (ctrl.Result, error)
+}
+
+// reconcileActive observes xa through the gates, lets the ledger decide, and carries the decision out through
+// its variant.
 func (r *ExternalActionReconciler) reconcileActive(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
 	a := &active{r: r, xa: xa, f: facts{now: r.Clock.Now()}}
-	if w := a.run(ctx, a.fingerprint, a.destination, a.spec, a.tombstone, a.decide); w != nil {
-		return r.hold(ctx, xa, w)
+	if w := a.run(ctx, a.observe()...); w != nil {
+		return a.stop(ctx, w, false)
 	}
+	v := a.variant()
+	if w := a.run(ctx, v.gates...); w != nil {
+		return a.stop(ctx, w, v.quiet)
+	}
+	return v.carry(ctx)
+}
+
+// observe is the list every reconcile of an active action passes: what it asks, where to, whether its key is
+// bound, and the ledger's one decision.
+func (a *active) observe() []gate {
+	return []gate{a.fingerprint, a.destination, a.spec, a.tombstone, a.decide}
+}
+
+// toDestination is the list every request to the destination passes last, a send and a post-check alike, in the
+// order that spends nothing before it is needed: this shard's share of the destination's limits and room in
+// the dispatcher (both in memory), then reads of the variant's own (no API read while there is no room), the
+// destination's Secrets, and last a token of its rate limit and retry budget.
+func (a *active) toDestination(reads ...gate) []gate {
+	return slices.Concat([]gate{a.share, a.room}, reads, []gate{a.credentials, a.admit})
+}
+
+// variant composes the variant of the ledger's step: a send (claimed or not: claimHold) passes its path and its
+// subject, then toDestination with its output target; a post-check writes its step, fills in its path, then
+// passes toDestination, quiet; any other step is only written.
+func (a *active) variant() variant {
 	switch a.f.step.Kind {
 	case ledger.KindSend:
-		if w := a.run(ctx, a.path, a.subject, a.share, a.room, a.outputTarget, a.credentials, a.admit); w != nil {
-			return r.hold(ctx, xa, w)
-		}
-		return a.claimAndSend(ctx)
+		return variant{gates: slices.Concat([]gate{a.path, a.subject}, a.toDestination(a.outputTarget)), carry: a.sendAttempt}
 	case ledger.KindPostCheck:
-		return a.postCheck(ctx)
-	default:
-		return r.apply(ctx, xa, a.f.step, a.f.dest.ID)
+		return variant{gates: slices.Concat([]gate{a.checkStep, a.checkPath}, a.toDestination()), quiet: true, carry: a.askCheck}
 	}
+	return variant{carry: func(ctx context.Context) (ctrl.Result, error) { return a.r.apply(ctx, a.xa, a.f.step, a.f.dest.ID) }}
 }
 
 // run passes the gates in order and returns the first wait.
@@ -94,6 +137,18 @@ func (a *active) run(ctx context.Context, gates ...gate) *wait {
 		}
 	}
 	return nil
+}
+
+// stop carries out a gate's wait: in a quiet variant a delay is only waited; a post-check's result is recorded
+// (recordCheck); any other wait is held (its step written and the requeue it asks).
+func (a *active) stop(ctx context.Context, w *wait, quiet bool) (ctrl.Result, error) {
+	switch {
+	case quiet && w.quiet > 0:
+		return ctrl.Result{RequeueAfter: w.quiet}, nil
+	case w.result != nil:
+		return a.r.settle(ctx, a.xa, w.result)
+	}
+	return a.r.hold(ctx, a.xa, w)
 }
 
 // bare is the decision environment before the destination is known (its retention and deadline are the
@@ -249,7 +304,7 @@ func (a *active) share(ctx context.Context) *wait {
 }
 
 // room waits for room at the destination in the dispatcher (reason ConcurrencyLimited, written only when the
-// reason changes), before any token of its limits is spent.
+// reason changes; a quiet variant looks again after requeue.NoRoom), before any token of its limits is spent.
 func (a *active) room(context.Context) *wait {
 	dest, d := a.f.dest, a.r.Dispatcher
 	if d.HasRoom(dest.ID, a.xa.Namespace) {
@@ -259,7 +314,8 @@ func (a *active) room(context.Context) *wait {
 	until := a.f.now.Add(requeue.NoRoom/2 + time.Duration(a.f.env.Rand()*float64(requeue.NoRoom)))
 	msg := fmt.Sprintf("waiting for destination %s (concurrency): %d request(s) in flight and %d queued",
 		dest.ID, d.InFlight(dest.ID), d.Queued(dest.ID))
-	return &wait{step: ledger.Delayed(&a.xa.Status, actionsv1alpha1.ReasonConcurrencyLimited, msg, until, a.f.env), destID: dest.ID}
+	return &wait{step: ledger.Delayed(&a.xa.Status, actionsv1alpha1.ReasonConcurrencyLimited, msg, until, a.f.env), destID: dest.ID,
+		quiet: requeue.NoRoom}
 }
 
 // outputTarget: an object in the place of spec.outputs' target that this action did not write holds the send
@@ -290,7 +346,7 @@ func (a *active) credentials(ctx context.Context) *wait {
 }
 
 // admit takes a token from the destination's rate limit and retry budget, or waits (RateLimited,
-// RetryBudgetExhausted) until the limiter says.
+// RetryBudgetExhausted; a quiet variant writes nothing) until the limiter says.
 func (a *active) admit(context.Context) *wait {
 	xa, dest := a.xa, a.f.dest
 	first := a.f.step.Kind != ledger.KindSend || a.f.step.Status.Claim.Attempt == 1
@@ -303,21 +359,45 @@ func (a *active) admit(context.Context) *wait {
 	metrics.Delayed.WithLabelValues(dest.ID, apiReason).Inc()
 	until := a.f.now.Add(after)
 	msg := fmt.Sprintf("waiting for destination %s (%s) until %s", dest.ID, apiReason, until.UTC().Format(time.RFC3339Nano))
-	return &wait{step: ledger.Delayed(&xa.Status, apiReason, msg, until, a.f.env), destID: dest.ID}
+	return &wait{step: ledger.Delayed(&xa.Status, apiReason, msg, until, a.f.env), destID: dest.ID, quiet: after}
 }
 
-// claimAndSend writes the claim (DESIGN rule 1) and only then hands the send to the dispatcher (rule 10). An
-// unclaimed step (idempotency.claim WhenUnsafe, a repeat-safe first attempt) is sent with its claim in memory.
-func (a *active) claimAndSend(ctx context.Context) (ctrl.Result, error) {
-	r, xa, f := a.r, a.xa, &a.f
-	if f.step.Unclaimed {
-		return a.sendUnclaimed(ctx)
+// claimHold is how an attempt holds its claim while it is out: written before the send (DESIGN rule 1), or, for
+// an unclaimed step (idempotency.claim WhenUnsafe, a repeat-safe first attempt), in memory only: its job carries
+// the claim (send.Sender.UnclaimedJob) and its outcome is recorded on the status as read
+// (ledger.RecordUnclaimed). A repeat of an unclaimed attempt cannot make a second effect, and
+// ledger.ClaimlessWindow bounds how often a manager that dies before the record can send it again.
+type claimHold struct {
+	// take returns the action as sent, with the attempt's claim: written (active.claim) or in memory (inMemory).
+	take func(ctx context.Context, attempt int32) (*actionsv1alpha1.ExternalAction, error)
+	// job is the sender's job constructor for it.
+	job func(sent *actionsv1alpha1.ExternalAction, dest *destination.Resolved, target string, body []byte, env ledger.Env,
+		margin time.Duration) dispatch.Job[*send.Result]
+	// asRead: the outcome is recorded on the status as read, not on the sent copy.
+	asRead bool
+	// says is the log line of the dispatch.
+	says string
+}
+
+// claimHold is the step's way to hold its claim (ledger.Step.Unclaimed).
+func (a *active) claimHold() claimHold {
+	if a.f.step.Unclaimed {
+		return claimHold{take: a.inMemory, job: a.r.parts.sender.UnclaimedJob, asRead: true,
+			says: "dispatching without a claim (idempotency.claim WhenUnsafe)"}
 	}
+	return claimHold{take: a.claim, job: a.r.parts.sender.Job, says: "claimed; dispatching"}
+}
+
+// sendAttempt holds the attempt's claim (claimHold: a claim lost to a newer version sends nothing) and only then
+// hands the send to the dispatcher (DESIGN rule 10). Its outcome, back already or refused by the dispatcher, is
+// recorded in this reconcile; otherwise the claim's expiry is the safety net should it never come back.
+func (a *active) sendAttempt(ctx context.Context) (ctrl.Result, error) {
+	r, f, h := a.r, &a.f, a.claimHold()
 	logger := log.FromContext(ctx)
 	attempt := f.step.Status.Claim.Attempt
-	ctx, span := tracing.Reconcile(ctx, xa, f.dest.ID, f.now) // reconcile -> claim -> attempt (tracing.go)
+	ctx, span := tracing.Reconcile(ctx, a.xa, f.dest.ID, f.now) // reconcile -> claim (when written) -> attempt (tracing.go)
 	defer span.End()
-	claimed, err := a.claim(ctx, attempt)
+	sent, err := h.take(ctx, attempt)
 	if errors.Is(err, status.ErrClaimLost) {
 		logger.V(1).Info("claim lost to a newer version; nothing sent", "attempt", attempt)
 		return ctrl.Result{RequeueAfter: requeue.ClaimLost}, nil
@@ -328,20 +408,22 @@ func (a *active) claimAndSend(ctx context.Context) (ctrl.Result, error) {
 	if attempt > 1 {
 		metrics.Retries.WithLabelValues(f.dest.ID).Inc()
 	}
-	logger.V(1).Info("claimed; dispatching", "attempt", attempt, "destination", f.dest.ID)
-	job := r.parts.sender.Job(claimed, f.dest, f.target, f.body, f.env, f.env.Margin())
-	p, err := r.submit(ctx, tracing.Attempt(ctx, job, destination.Method(xa), send.Traced))
+	logger.V(1).Info(h.says, "attempt", attempt, "destination", f.dest.ID)
+	job := h.job(sent, f.dest, f.target, f.body, f.env, f.env.Margin())
+	p, err := r.submit(ctx, tracing.Attempt(ctx, job, destination.Method(a.xa), send.Traced))
 	switch {
 	case errors.Is(err, dispatch.ErrAlreadyQueued):
-		// Not reached (Reconcile waits while the dispatcher holds the key); the claim just written then follows
+		// Not reached (Reconcile waits while the dispatcher holds the key); a claim just written then follows
 		// DESIGN rule 3 when it expires. Nothing is sent twice.
 		logger.Info("an attempt of this action is still in the dispatcher; not sent again", "attempt", attempt)
-		return ctrl.Result{}, nil
-	case p != nil: // back already, or refused by the dispatcher (not sent)
-		return r.record(ctx, claimed, p)
+		return ctrl.Result{RequeueAfter: requeue.InFlight}, nil
+	case p != nil && h.asRead:
+		return r.record(ctx, a.xa, p)
+	case p != nil:
+		return r.record(ctx, sent, p)
 	}
 	// Safety net: look again when the claim expires, should the outcome never come back.
-	return requeue.At(claimed.Status.Claim.ExpiresAt.Time, r.Clock.Now()), nil
+	return requeue.At(sent.Status.Claim.ExpiresAt.Time, r.Clock.Now()), nil
 }
 
 // claim writes the claim of attempt in its span (a child of the reconcile span in ctx; none when tracing is off).
@@ -353,67 +435,50 @@ func (a *active) claim(ctx context.Context, attempt int32) (*actionsv1alpha1.Ext
 	return claimed, err
 }
 
-// sendUnclaimed hands a repeat-safe first attempt to the dispatcher without writing its claim: create, send,
-// one outcome write. A repeat cannot make a second effect, and ledger.ClaimlessWindow bounds how often a
-// manager that dies before the record can send it again.
-func (a *active) sendUnclaimed(ctx context.Context) (ctrl.Result, error) {
-	r, f := a.r, &a.f
+// inMemory is the action as sent without a claim written: a copy with the step's status, claim included.
+func (a *active) inMemory(context.Context, int32) (*actionsv1alpha1.ExternalAction, error) {
 	sent := a.xa.DeepCopy()
-	sent.Status = *f.step.Status
-	log.FromContext(ctx).V(1).Info("dispatching without a claim (idempotency.claim WhenUnsafe)", "attempt", sent.Status.Claim.Attempt,
-		"destination", f.dest.ID)
-	ctx, span := tracing.Reconcile(ctx, a.xa, f.dest.ID, f.now) // reconcile -> attempt, no claim span (tracing.go)
-	defer span.End()
-	job := r.parts.sender.UnclaimedJob(sent, f.dest, f.target, f.body, f.env, f.env.Margin())
-	p, err := r.submit(ctx, tracing.Attempt(ctx, job, destination.Method(a.xa), send.Traced))
-	switch {
-	case errors.Is(err, dispatch.ErrAlreadyQueued):
-		return ctrl.Result{RequeueAfter: requeue.InFlight}, nil
-	case p != nil: // back already, or refused by the dispatcher (not sent)
-		return r.record(ctx, a.xa, p)
-	}
-	return requeue.At(sent.Status.Claim.ExpiresAt.Time, r.Clock.Now()), nil
+	sent.Status = *a.f.step.Status
+	return sent, nil
 }
 
-// postCheck asks the destination's reconciliation post-check about an uncertain attempt (DESIGN rule 3). The
+// checkStep writes a post-check's step (InProgress, PostCheckPending, the uncertain attempt in the history) before
+// the check is asked, and goes on with the written copy; a Conflict observes again.
+func (a *active) checkStep(ctx context.Context) *wait {
+	if a.f.step.Status == nil {
+		return nil
+	}
+	upd, err := a.r.parts.writer.Apply(ctx, a.xa, a.f.step, a.f.dest.ID)
+	switch {
+	case err != nil:
+		return &wait{err: err}
+	case upd == nil: // a Conflict
+		return &wait{after: requeue.At(a.f.step.At, a.f.now).RequeueAfter}
+	}
+	a.xa = upd
+	return nil
+}
+
+// checkPath fills in the post-check's path under the destination's base path (send.CheckTarget). A path that
+// leaves it is not asked: the check counts as inconclusive, so the action ends OutcomeUnknown (DESIGN rule 3).
+func (a *active) checkPath(ctx context.Context) *wait {
+	target, err := send.CheckTarget(a.xa, a.f.dest)
+	if err == nil {
+		a.f.target = target
+		return nil
+	}
+	attempt := a.xa.Status.Claim.Attempt
+	log.FromContext(ctx).Info("post-check not sent: its path leaves the destination's base path", "attempt", attempt,
+		"reason", actionsv1alpha1.ReasonPathOutsideBase, "error", err.Error())
+	return &wait{result: &send.Result{Attempt: attempt, Env: a.f.env, Check: &send.CheckResult{Verdict: ledger.VerdictInconclusive}}}
+}
+
+// askCheck asks the destination's reconciliation post-check about an uncertain attempt (DESIGN rule 3). The
 // request goes through the dispatcher like a send (it holds no reconcile worker and counts against the
 // destination's maxInFlight); its verdict comes back like an outcome and is recorded by recordCheck.
-func (a *active) postCheck(ctx context.Context) (ctrl.Result, error) {
-	r, f := a.r, &a.f
-	if f.step.Status != nil {
-		upd, err := r.parts.writer.Apply(ctx, a.xa, f.step, f.dest.ID)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if upd == nil { // a Conflict: observe again
-			return requeue.At(f.step.At, f.now), nil
-		}
-		a.xa = upd
-	}
-	xa := a.xa
-	attempt := xa.Status.Claim.Attempt
-	target, err := send.CheckTarget(xa, f.dest)
-	if err != nil {
-		// Nothing is sent; the check counts as inconclusive, so the action ends OutcomeUnknown (DESIGN rule 3).
-		log.FromContext(ctx).Info("post-check not sent: its path leaves the destination's base path", "attempt", attempt,
-			"reason", actionsv1alpha1.ReasonPathOutsideBase, "error", err.Error())
-		env := f.env
-		env.Now = r.Clock.Now()
-		return r.recordCheck(ctx, xa, &send.Result{Attempt: attempt, Env: env, Check: &send.CheckResult{Verdict: ledger.VerdictInconclusive}})
-	}
-	if after, ok := r.parts.resolver.TakeShare(f.dest, f.now); !ok {
-		return ctrl.Result{RequeueAfter: after}, nil
-	}
-	if !r.Dispatcher.HasRoom(f.dest.ID, xa.Namespace) {
-		return ctrl.Result{RequeueAfter: requeue.NoRoom}, nil
-	}
-	if w := a.credentials(ctx); w != nil {
-		return r.hold(ctx, xa, w)
-	}
-	if w := a.admit(ctx); w != nil {
-		return ctrl.Result{RequeueAfter: w.step.At.Sub(f.now)}, nil // a post-check's wait is not recorded
-	}
-	job := r.parts.sender.CheckJob(xa, f.dest, target, f.env)
+func (a *active) askCheck(ctx context.Context) (ctrl.Result, error) {
+	r := a.r
+	job := r.parts.sender.CheckJob(a.xa, a.f.dest, a.f.target, a.f.env)
 	p, err := r.submit(ctx, job)
 	switch {
 	case err != nil:
@@ -421,7 +486,7 @@ func (a *active) postCheck(ctx context.Context) (ctrl.Result, error) {
 		log.FromContext(ctx).V(1).Info("post-check not dispatched; asking again later", "error", err.Error())
 		return ctrl.Result{RequeueAfter: requeue.NotDispatched}, nil
 	case p != nil:
-		return r.settle(ctx, xa, p)
+		return r.settle(ctx, a.xa, p)
 	}
 	return ctrl.Result{RequeueAfter: job.Deadline.Sub(r.Clock.Now()) + requeue.NotDispatched}, nil
 }
