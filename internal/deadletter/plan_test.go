@@ -456,7 +456,7 @@ func TestKeyedOnce(t *testing.T) {
 	fresh := Advance(Begin("ClusterDestination/cases", actionsv1alpha1.PhaseExhausted), env())
 	old := Begin("ClusterDestination/cases", actionsv1alpha1.PhaseExhausted)
 	old.IdempotencyKey = "team-b/pay-1/dead-letter" // owed under the action's key before this manager
-	retried := claimedAt(t, 1) // keyed ns/a/dead-letter by its first claim, then answered 503
+	retried := claimedAt(t, 1)                      // keyed ns/a/dead-letter by its first claim, then answered 503
 	retried.Claim, retried.State = nil, actionsv1alpha1.DeadLetterPending
 	for _, c := range []struct {
 		name string
