@@ -395,7 +395,7 @@ type Concurrency struct {
 
 // RateLimit is a token bucket shared by every action that uses the destination, served fairly across namespaces.
 type RateLimit struct {
-	// requestsPerSecond is the sustained rate of requests (attempts and post-checks) sent to the destination.
+	// requestsPerSecond is the sustained rate of requests (attempts, post-checks and dead-letter deliveries) sent to the destination.
 	// +required
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
@@ -513,7 +513,7 @@ type DestinationSpec struct {
 	// +optional
 	Concurrency *Concurrency `json:"concurrency,omitempty"`
 
-	// retryBudget limits retries relative to first attempts.
+	// retryBudget limits retries (of attempts and of dead-letter deliveries) relative to first attempts.
 	// +optional
 	RetryBudget *RetryBudget `json:"retryBudget,omitempty"`
 
@@ -556,7 +556,7 @@ const (
 	CloudEventStructured CloudEventMode = "Structured"
 )
 
-// DeadLetterSink is where the actions of a destination go when they end without success: one CloudEvents 1.0 record per action (type dev.actionledger.externalaction.deadletter, id the action's key followed by /dead-letter), sent by HTTP POST with that id as the sink's idempotency key and retried with the sink's own retry policy.
+// DeadLetterSink is where the actions of a destination go when they end without success: one CloudEvents 1.0 record per action (type dev.actionledger.externalaction.deadletter, id the key the sink's idempotency.keyFormat makes for the action followed by /dead-letter), sent by HTTP POST with that id as the sink's idempotency key, under the sink's rate limit and retry budget, and retried with the sink's own retry policy.
 type DeadLetterSink struct {
 	// destinationRef names the sink: a Destination in the action's namespace, or a ClusterDestination whose namespaceSelector admits the action's namespace (otherwise nothing is sent and status.deadLetter says why, reason NamespaceNotAllowed). The sink's url, timeout, tls, auth, signing, idempotency, effect, retryPolicy and limits apply to the delivery; its own deadLetter does not (a record is never dead-lettered again). On a ClusterDestination it must name a ClusterDestination.
 	// +required

@@ -278,9 +278,10 @@ type DeadLetterStatus struct {
 	// mode is the CloudEvents HTTP content mode, as spec.deadLetter.mode said when the record became owed.
 	// +optional
 	Mode CloudEventMode `json:"mode,omitempty"`
-	// idempotencyKey is the key sent to the sink and the CloudEvent's id: the action's key followed by /dead-letter.
+	// idempotencyKey is the key sent to the sink and the CloudEvent's id: the key the sink's idempotency.keyFormat makes for the action (default namespace/name) followed by /dead-letter, never the action's own key. It is written by the first delivery claim, before anything is sent, and kept for every attempt; a record owed under an earlier version of actionledger has the action's key followed by /dead-letter and keeps it. Empty until the first claim.
+	// +optional
 	// +kubebuilder:validation:MaxLength=512
-	IdempotencyKey string `json:"idempotencyKey"`
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	// phase is the action's phase the record reports.
 	Phase Phase `json:"phase"`
 	// state is Pending, Delivering, Delivered, Failed, Uncertain, Refused or GivenUp.

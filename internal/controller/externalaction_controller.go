@@ -307,7 +307,8 @@ func (r *ExternalActionReconciler) build() {
 			return r.env(xa, nil, r.Clock.Now())
 		}}
 	p.sender = &send.Sender{Executor: r.Executor, Exprs: r.Exprs, Clock: r.Clock, Succeeded: p.outputs.Hold}
-	p.deadletter = &deadletter.Manager{Reader: r.APIReader, Resolver: p.resolver, Writer: p.writer, Executor: r.Executor, Clock: r.Clock,
+	p.deadletter = &deadletter.Manager{Reader: r.APIReader, Resolver: p.resolver, Writer: p.writer, Sender: p.sender,
+		Limiter: r.Limiter, Clock: r.Clock,
 		Env:     func(xa *actionsv1alpha1.ExternalAction) ledger.Env { return r.env(xa, nil, r.Clock.Now()) },
 		Submit:  r.submit,
 		HasRoom: func(id, ns string) bool { return r.Dispatcher.HasRoom(id, ns) }}

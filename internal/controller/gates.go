@@ -346,20 +346,16 @@ func (a *active) credentials(ctx context.Context) *wait {
 }
 
 // admit takes a token from the destination's rate limit and retry budget, or waits (RateLimited,
-// RetryBudgetExhausted; a quiet variant writes nothing) until the limiter says.
+// RetryBudgetExhausted; a quiet variant writes nothing) until the limiter says (send.Admit, which dead-letter
+// deliveries pass too).
 func (a *active) admit(context.Context) *wait {
 	xa, dest := a.xa, a.f.dest
 	first := a.f.step.Kind != ledger.KindSend || a.f.step.Status.Claim.Attempt == 1
-	ok, after, reason := a.r.Limiter.Admit(dest.ID, dest.Limits, xa.Namespace, xa.Namespace+"/"+xa.Name, first, a.f.now)
-	if ok {
+	w := send.Admit(a.r.Limiter, a.r.parts.resolver, dest, xa.Namespace, xa.Namespace+"/"+xa.Name, first, a.f.now)
+	if w == nil {
 		return nil
 	}
-	after = a.r.parts.resolver.ShareRecheck(dest, after)
-	apiReason := destination.LimiterReason(reason)
-	metrics.Delayed.WithLabelValues(dest.ID, apiReason).Inc()
-	until := a.f.now.Add(after)
-	msg := fmt.Sprintf("waiting for destination %s (%s) until %s", dest.ID, apiReason, until.UTC().Format(time.RFC3339Nano))
-	return &wait{step: ledger.Delayed(&xa.Status, apiReason, msg, until, a.f.env), destID: dest.ID, quiet: after}
+	return &wait{step: ledger.Delayed(&xa.Status, w.Reason, w.Message, w.Until, a.f.env), destID: dest.ID, quiet: w.Until.Sub(a.f.now)}
 }
 
 // claimHold is how an attempt holds its claim while it is out: written before the send (DESIGN rule 1), or, for

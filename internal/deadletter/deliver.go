@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,6 +19,7 @@ import (
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/requeue"
 	"github.com/actionledger/actionledger/internal/retry"
@@ -35,8 +35,12 @@ type Manager struct {
 	Reader   client.Reader
 	Resolver *destination.Resolver
 	Writer   *status.Writer
-	Executor httpexec.Executor
-	Clock    clock.PassiveClock
+	// Sender makes the delivery's dispatcher job (send.Sender.DeadLetterJob): the one send path of the attempts
+	// and post-checks, with its authorization, 401 token drop, redaction and classification.
+	Sender *send.Sender
+	// Limiter holds the sinks' rate limits and retry budgets, shared with the attempts (send.Admit).
+	Limiter *limiter.Registry
+	Clock   clock.PassiveClock
 	// Env is the decision environment of the action (holder, claim margin, jitter); the sink's policy,
 	// timeout and repeat safety replace the destination's.
 	Env func(xa *actionsv1alpha1.ExternalAction) ledger.Env
@@ -253,13 +257,18 @@ func (m *Manager) sinkEnv(xa *actionsv1alpha1.ExternalAction, cur *actionsv1alph
 	return env
 }
 
-// claimAndSend builds the record, passes the sink's room, reads its Secrets, writes the claim (DESIGN rule 1)
-// and only then hands the delivery to the dispatcher (rule 10). What fails before the claim sends nothing.
+// claimAndSend builds the record and its key, passes the sink's shard share, room, credentials and limits
+// (rate limit, and retry budget for a retry: send.Admit, as an attempt does), writes the claim (DESIGN rule 1)
+// and only then hands the delivery to the dispatcher (rule 10). What fails or waits before the claim sends
+// nothing and spends no delivery attempt.
 func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.ExternalAction, s sink,
 	cur *actionsv1alpha1.DeadLetterStatus, step Step, env ledger.Env) (ctrl.Result, bool, error) {
 	target, err := httpexec.JoinURL(s.dest.Spec.URL, pathOf(s.spec))
 	if err != nil {
 		return m.refuse(ctx, xa, cur, actionsv1alpha1.ReasonPathOutsideBase, "deadLetter.path: "+err.Error())
+	}
+	if after, ok := m.Resolver.TakeShare(s.dest, env.Now); !ok {
+		return ctrl.Result{RequeueAfter: after}, true, nil // this shard is joining the sink's shared limits
 	}
 	if !m.HasRoom(s.id, xa.Namespace) {
 		return ctrl.Result{RequeueAfter: requeue.NoRoom}, true, nil
@@ -267,6 +276,11 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 	if err := m.Resolver.LoadCredentials(ctx, s.dest); err != nil {
 		return m.refuse(ctx, xa, cur, destination.Reason(err, actionsv1alpha1.ReasonDestinationNotReady), err.Error())
 	}
+	first := step.Status.Claim.Attempt == 1
+	if w := send.Admit(m.Limiter, m.Resolver, s.dest, xa.Namespace, xa.Namespace+"/"+xa.Name, first, env.Now); w != nil {
+		return m.wait(ctx, xa, cur, w)
+	}
+	step = Keyed(step, Key(s.dest.Spec, xa.Namespace, xa.Name))
 	header, body, err := Encode(ctx, RecordOf(xa, destination.ID(xa)), step.Status.IdempotencyKey, s.spec.Mode)
 	if err != nil {
 		return ctrl.Result{}, true, err
@@ -277,7 +291,8 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 	}
 	ctx, span := tracing.Reconcile(ctx, claimed, s.id, env.Now) // traced like an attempt (docs/tracing.md)
 	defer span.End()
-	p, err := m.Submit(ctx, tracing.Delivery(ctx, m.job(claimed, s.dest, target, header, body, env), send.Traced))
+	job := m.Sender.DeadLetterJob(claimed, s.dest, target, header, body, env)
+	p, err := m.Submit(ctx, tracing.Delivery(ctx, job, send.Traced))
 	switch {
 	case errors.Is(err, dispatch.ErrAlreadyQueued):
 		return ctrl.Result{}, true, nil
@@ -290,59 +305,16 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 	return ctrl.Result{RequeueAfter: requeue.After(claimed.Status.DeadLetter.Claim.ExpiresAt.Time, m.Clock.Now())}, true, nil
 }
 
-// job is the dispatcher job of the claimed delivery attempt: one POST of the record to target under the key
-// "<key>/dead-letter" in the sink's idempotency header, with the sink's auth and signature, classified by the
-// sink's retry rules.
-func (m *Manager) job(claimed *actionsv1alpha1.ExternalAction, dest *destination.Resolved, target string, header http.Header,
-	body []byte, env ledger.Env) dispatch.Job[*send.Result] {
-	dl := claimed.Status.DeadLetter
-	attempt, key := dl.Claim.Attempt, dl.IdempotencyKey
-	deadline := dl.Claim.ExpiresAt.Add(-env.Margin())
-	result := func(o ledger.Outcome) *send.Result {
-		return &send.Result{Attempt: attempt, Outcome: o, Env: env, ClaimedAt: env.Now, PauseCap: dest.DeadlineDur, DeadLetter: true}
+// wait records that the next delivery attempt waits for the sink's limits (Delayed: written only when the
+// reason changes, never counted as a delivery outcome) and looks again when the limiter says.
+func (m *Manager) wait(ctx context.Context, xa *actionsv1alpha1.ExternalAction, cur *actionsv1alpha1.DeadLetterStatus,
+	w *send.Wait) (ctrl.Result, bool, error) {
+	if step := Delayed(cur, w.Reason, w.Message); step.Status != nil {
+		if _, err := m.Writer.Apply(ctx, xa, actionStep(&xa.Status, step, xa.Generation, m.Clock.Now()), cur.Sink); err != nil {
+			return ctrl.Result{}, true, err
+		}
 	}
-	return dispatch.Job[*send.Result]{
-		Destination: dest.ID, Key: types.NamespacedName{Namespace: claimed.Namespace, Name: claimed.Name}, Attempt: attempt,
-		MaxInFlight: dest.MaxInFlight, Deadline: deadline, StartBy: deadline.Add(-min(time.Second, dest.Timeout/2)),
-		Run: func(ctx context.Context) *send.Result {
-			p := result(m.deliver(ctx, dest, target, header.Clone(), body, key, env))
-			p.Abandoned = errors.Is(ctx.Err(), context.Canceled)
-			return p
-		},
-		NotRun: func(err error) *send.Result { return result(send.NotRunOutcome(err, m.Clock.Now())) },
-	}
-}
-
-// deliver sends the record once and classifies the answer.
-func (m *Manager) deliver(ctx context.Context, dest *destination.Resolved, target string, h http.Header, body []byte,
-	key string, env ledger.Env) ledger.Outcome {
-	for k, vs := range dest.AuthHeader {
-		h[k] = append([]string(nil), vs...)
-	}
-	h.Set(dest.KeyHeader, key)
-	tracing.Inject(ctx, h, dest.Spec.TraceContext)
-	red, _, err := dest.Authorize(ctx, h, body, key)
-	if err != nil {
-		return send.NotSent(m.Clock.Now(), string(destination.ErrorClass(err)), red.String(err.Error())+"; nothing was sent")
-	}
-	timeout := dest.Timeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(dl))
-	}
-	res := m.Executor.Execute(ctx, httpexec.Request{Method: http.MethodPost, URL: target, Header: h, Body: body,
-		Timeout: timeout, TLS: dest.TLS}, 0)
-	o := ledger.Outcome{FinishedAt: m.Clock.Now()}
-	obs := retry.Observation{Err: res.Err, Written: res.Written}
-	if res.Err != nil {
-		o.ErrorClass, o.Error = string(res.ErrorClass), red.String(res.Err.Error())
-	}
-	if resp := res.Response; resp != nil {
-		o.StatusCode, obs.StatusCode, obs.Header = resp.StatusCode, resp.StatusCode, resp.Header
-		o.RetryAfter = red.String(resp.Header.Get("Retry-After"))
-		obs.Succeeded = resp.StatusCode >= 200 && resp.StatusCode < 300
-	}
-	o.Class = retry.Classify(obs, env.Policy, env.RepeatSafe, env.KeySupported)
-	return o
+	return ctrl.Result{RequeueAfter: requeue.After(w.Until, m.Clock.Now())}, true, nil
 }
 
 // Record writes the outcome of a delivery attempt into status.deadLetter with the status writer's Settle

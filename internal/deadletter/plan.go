@@ -1,6 +1,8 @@
 // Package deadletter hands an action that ended without success on to its destination's dead-letter sink
 // (spec.deadLetter of the Destination or ClusterDestination): one CloudEvents 1.0 record per action, delivered
-// by HTTP to the sink destination under the key "<action key>/dead-letter".
+// by HTTP to the sink destination under the key the sink's keyFormat makes for the action, followed by
+// "/dead-letter" (Key): on a shared ClusterDestination sink no two namespaces' records share a key, whatever
+// keyFormat their own destinations have.
 //
 // The delivery is itself an idempotent side effect and follows the action's own rules (docs/design.md):
 // every delivery attempt is claimed in status.deadLetter before it is sent (DESIGN rule 1, through the status
@@ -9,8 +11,11 @@
 // key only when repeating is safe at the sink (it deduplicates on the key, or its effect is Safe or
 // Idempotent), otherwise the record ends Uncertain and is never sent again by itself. Retries follow the
 // sink's retry policy (rule 5), with its deadline counted from the first claim. A delivery never re-sends the
-// action's request and never changes the action's phase or conditions; it runs in the dispatcher under the
-// sink's own limits (rule 10), so a failing sink holds back only the records bound for it.
+// action's request and never changes the action's phase or conditions. It leaves through the one send path of
+// the attempts (internal/send) and passes the sink's limits as they do: its rate limit and, for a retry, its
+// retry budget before the claim (a wait spends no attempt: Delayed), its concurrency in the dispatcher (rule 10),
+// and a Retry-After answer pauses the sink for at most its deadline. So a failing sink holds back only the
+// records bound for it, and many records at once hold a shared sink no longer than many attempts would.
 //
 // The record is an obligation recorded in status, never derived again from objects that may be gone: Owe writes
 // status.deadLetter (sink identity, path and mode) into the same status write that ends the action in one of
@@ -32,12 +37,33 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/retry"
 )
 
-// KeySuffix follows the action's idempotency key in the key of its dead-letter record (and the CloudEvent id).
+// KeySuffix follows the sink's key for the action in the key of its dead-letter record (and the CloudEvent id).
 const KeySuffix = "/dead-letter"
+
+// Key is the key of the dead-letter record of the action namespace/name at the sink whose spec is sink: the
+// sink's idempotency.keyFormat for the action (destination.IdempotencyKey, default "{namespace}/{name}")
+// followed by KeySuffix. It is never made from the action's own key: a tenant's own Destination may have any
+// keyFormat (team-b/{name} in namespace team-a), while a ClusterDestination's keyFormat separates namespaces
+// (the API server's rule), so two tenants' records never share a key at a shared sink.
+func Key(sink *actionsv1alpha1.DestinationSpec, namespace, name string) string {
+	return destination.IdempotencyKey(sink, namespace, name) + KeySuffix
+}
+
+// Keyed records key in a claim step of a record that has no key yet: the key is recorded once, by the first
+// claim, before anything is sent, and every later delivery attempt (a resend after an uncertain one included)
+// carries it, whatever the sink's keyFormat becomes. A record that already has one keeps it: a record owed by
+// an earlier manager was given the action's key followed by KeySuffix when it became owed.
+func Keyed(step Step, key string) Step {
+	if step.Kind == ledger.KindSend && step.Status != nil && step.Status.IdempotencyKey == "" {
+		step.Status.IdempotencyKey = key
+	}
+	return step
+}
 
 // DefaultPhases are the phases delivered when spec.deadLetter.phases is empty.
 var DefaultPhases = []actionsv1alpha1.DeadLetterPhase{"Exhausted", "Failed"}
@@ -87,9 +113,10 @@ func Owed(st *actionsv1alpha1.ExternalActionStatus) bool {
 	return st.DeadLetter != nil && !Final(st.DeadLetter)
 }
 
-// Begin is the status of a record newly due for the action in phase with key, to sink.
-func Begin(sink, key string, phase actionsv1alpha1.Phase) *actionsv1alpha1.DeadLetterStatus {
-	return &actionsv1alpha1.DeadLetterStatus{Sink: sink, IdempotencyKey: key + KeySuffix, Phase: phase,
+// Begin is the status of a record newly due for the action in phase, to sink. It has no key yet: the first claim
+// records it (Keyed), from the sink as it resolves then.
+func Begin(sink string, phase actionsv1alpha1.Phase) *actionsv1alpha1.DeadLetterStatus {
+	return &actionsv1alpha1.DeadLetterStatus{Sink: sink, Phase: phase,
 		State: actionsv1alpha1.DeadLetterPending, Reason: actionsv1alpha1.ReasonDeadLetterRetrying, Message: "due; no delivery attempt yet"}
 }
 
@@ -103,7 +130,7 @@ func Owe(st *actionsv1alpha1.ExternalActionStatus, spec *actionsv1alpha1.DeadLet
 	if st.DeadLetter != nil || spec == nil || !st.Phase.Terminal() || !Due(st.Phase, spec.Phases) {
 		return false
 	}
-	dl := Begin(sinkID, st.IdempotencyKey, st.Phase)
+	dl := Begin(sinkID, st.Phase)
 	dl.Path, dl.Mode = pathOf(spec), modeOf(spec)
 	st.DeadLetter = dl
 	Show(st, generation, now)
@@ -201,6 +228,22 @@ func Show(st *actionsv1alpha1.ExternalActionStatus, generation int64, now time.T
 			meta.RemoveStatusCondition(&st.Conditions, actionsv1alpha1.ConditionStalled)
 		}
 	}
+}
+
+// Delayed records that the next delivery attempt of cur, which is due, waits for the sink's limits: reason
+// RateLimited or RetryBudgetExhausted and msg (send.Wait's, saying until when). It is not a failure of the record:
+// no attempt is spent, nothing is scheduled (the limiter's queue keeps the record's place), the record stays
+// Pending (a Refused one resumes, its sink being usable again). It writes only when the reason changes.
+func Delayed(cur *actionsv1alpha1.DeadLetterStatus, reason, msg string) Step {
+	if cur.Reason == reason {
+		return Step{Kind: ledger.KindWait}
+	}
+	st := cur.DeepCopy()
+	if st.State == actionsv1alpha1.DeadLetterRefused {
+		st = resume(cur)
+	}
+	st.Reason, st.Message = reason, ledger.Truncate(msg+"; no delivery attempt is spent")
+	return Step{Kind: ledger.KindWait, Status: st}
 }
 
 // Refuse records that the sink cannot be used (reason, msg); nothing is sent. It writes only on a change.

@@ -35,9 +35,9 @@ func repeatSafe(e *ledger.Env) { e.RepeatSafe, e.KeySupported = true, true }
 // claimedAt is a record due with delivery attempt n claimed at t0 by holder h0.
 func claimedAt(t *testing.T, n int32, mut ...func(*ledger.Env)) *actionsv1alpha1.DeadLetterStatus {
 	t.Helper()
-	st := Begin("Destination/ns/sink", "ns/a", actionsv1alpha1.PhaseExhausted)
+	st := Begin("Destination/ns/sink", actionsv1alpha1.PhaseExhausted)
 	st.Attempts = n - 1
-	step := Advance(st, env(mut...))
+	step := Keyed(Advance(st, env(mut...)), "ns/a/dead-letter")
 	if step.Kind != ledger.KindSend {
 		t.Fatalf("Advance of a due record: %s, want Send", step.Kind)
 	}
@@ -177,7 +177,7 @@ func TestDeadlineAndRefusal(t *testing.T) {
 	if step.Status == nil || step.Status.State != actionsv1alpha1.DeadLetterFailed {
 		t.Fatalf("past the deadline: %+v", step.Status)
 	}
-	r := Refuse(Begin("ClusterDestination/sink", "ns/a", actionsv1alpha1.PhaseFailed), actionsv1alpha1.ReasonNamespaceNotAllowed, "no")
+	r := Refuse(Begin("ClusterDestination/sink", actionsv1alpha1.PhaseFailed), actionsv1alpha1.ReasonNamespaceNotAllowed, "no")
 	if r.Status == nil || r.Status.State != actionsv1alpha1.DeadLetterRefused || r.Status.Attempts != 0 || Final(r.Status) {
 		t.Fatalf("refused: %+v", r.Status)
 	}
@@ -269,8 +269,9 @@ func condition(st *actionsv1alpha1.ExternalActionStatus, t string) *metav1.Condi
 	return nil
 }
 
-// The obligation is recorded in the write that ends the action: the sink's identity, path and mode, Pending,
-// and the DeadLetterDelivered condition False; only for a phase the sink takes, and only once.
+// The obligation is recorded in the write that ends the action: the sink's identity, path and mode, Pending (no
+// key yet: the first claim records it, Keyed), and the DeadLetterDelivered condition False; only for a phase the
+// sink takes, and only once.
 func TestOweRecordsTheSinkOnce(t *testing.T) {
 	sink := &actionsv1alpha1.DeadLetterSink{DestinationRef: actionsv1alpha1.DestinationReference{Name: "cases"}, Path: "/in"}
 	st := exhausted()
@@ -279,7 +280,7 @@ func TestOweRecordsTheSinkOnce(t *testing.T) {
 	}
 	dl := st.DeadLetter
 	if dl.Sink != "Destination/ns/cases" || dl.Path != "/in" || dl.Mode != actionsv1alpha1.CloudEventBinary ||
-		dl.State != actionsv1alpha1.DeadLetterPending || dl.IdempotencyKey != "ns/a/dead-letter" || dl.Phase != actionsv1alpha1.PhaseExhausted {
+		dl.State != actionsv1alpha1.DeadLetterPending || dl.IdempotencyKey != "" || dl.Phase != actionsv1alpha1.PhaseExhausted {
 		t.Errorf("owed record %+v", dl)
 	}
 	if c := condition(st, actionsv1alpha1.ConditionDeadLetterDelivered); c == nil || c.Status != metav1.ConditionFalse ||
@@ -367,7 +368,7 @@ func TestShowStallsWhileTheSinkIsUnusable(t *testing.T) {
 // A person's give-up ends a record that is not final, whatever its state, and releases the action; an open
 // delivery attempt is waited for; a final record and an unknown decision are refused.
 func TestGiveUp(t *testing.T) {
-	refused := Refuse(Begin("Destination/ns/cases", "ns/a", actionsv1alpha1.PhaseExhausted), actionsv1alpha1.ReasonDestinationNotReady, "gone").Status
+	refused := Refuse(Begin("Destination/ns/cases", actionsv1alpha1.PhaseExhausted), actionsv1alpha1.ReasonDestinationNotReady, "gone").Status
 	step, err := GiveUp(refused, actionsv1alpha1.DeadLetterGiveUp, "ticket 42 opened by hand", t0)
 	if err != nil || step.Status == nil || step.Status.State != actionsv1alpha1.DeadLetterGivenUp ||
 		step.Status.Reason != actionsv1alpha1.ReasonDeadLetterGivenUp || !strings.Contains(step.Status.Message, "ticket 42 opened by hand") {
@@ -406,7 +407,7 @@ func TestGiveUp(t *testing.T) {
 // A record Refused while its sink was gone resumes once the sink can be used: at once when an attempt is due,
 // and otherwise written back to Pending (a wait until its schedule), so that the action's stall ends.
 func TestAdvanceResumesARefusedRecord(t *testing.T) {
-	pending := Begin("Destination/ns/sink", "ns/a", actionsv1alpha1.PhaseExhausted)
+	pending := Begin("Destination/ns/sink", actionsv1alpha1.PhaseExhausted)
 	pending.Attempts, pending.StatusCode = 1, 503
 	pending.NextAttemptAt = ledger.PtrTime(t0.Add(10 * time.Second))
 	refused := Refuse(pending, actionsv1alpha1.ReasonDestinationNotReady, "gone").Status
@@ -422,5 +423,95 @@ func TestAdvanceResumesARefusedRecord(t *testing.T) {
 	}
 	if step := Advance(pending, env()); step.Status != nil {
 		t.Errorf("a Pending record waiting for its schedule writes %+v", step.Status)
+	}
+}
+
+// The record's key is the sink's keyFormat for the action plus /dead-letter, never the action's own key: a
+// tenant whose own Destination sends team-b/{name} from namespace team-a still gets a team-a key at a sink with
+// the default or any ClusterDestination-valid keyFormat (issue 33 row 5).
+func TestKeyIsTheSinksKeyFormat(t *testing.T) {
+	withFormat := func(f string) *actionsv1alpha1.DestinationSpec {
+		return &actionsv1alpha1.DestinationSpec{Idempotency: &actionsv1alpha1.IdempotencyConfig{KeyFormat: f}}
+	}
+	for _, c := range []struct {
+		what       string
+		sink       *actionsv1alpha1.DestinationSpec
+		ns, action string
+		want       string
+	}{
+		{"default format", &actionsv1alpha1.DestinationSpec{}, "team-a", "pay-1", "team-a/pay-1/dead-letter"},
+		{"the other tenant, default format", &actionsv1alpha1.DestinationSpec{}, "team-b", "pay-1", "team-b/pay-1/dead-letter"},
+		{"a cluster format", withFormat("orders:{namespace}:{name}"), "team-a", "pay-1", "orders:team-a:pay-1/dead-letter"},
+		{"name first", withFormat("{name}/{namespace}"), "team-a", "pay-1", "pay-1/team-a/dead-letter"},
+	} {
+		if got := Key(c.sink, c.ns, c.action); got != c.want {
+			t.Errorf("%s: Key = %q, want %q", c.what, got, c.want)
+		}
+	}
+}
+
+// The key is recorded by the first claim and never changed: a later claim, or a record owed with the action's
+// key by an earlier manager, keeps the key it has; a step that sends nothing is left alone.
+func TestKeyedOnce(t *testing.T) {
+	fresh := Advance(Begin("ClusterDestination/cases", actionsv1alpha1.PhaseExhausted), env())
+	old := Begin("ClusterDestination/cases", actionsv1alpha1.PhaseExhausted)
+	old.IdempotencyKey = "team-b/pay-1/dead-letter" // owed under the action's key before this manager
+	retried := claimedAt(t, 1)                      // keyed ns/a/dead-letter by its first claim, then answered 503
+	retried.Claim, retried.State = nil, actionsv1alpha1.DeadLetterPending
+	for _, c := range []struct {
+		name string
+		step Step
+		want string
+	}{
+		{"first claim", fresh, "team-a/pay-1/dead-letter"},
+		{"owed under the old key", Advance(old, env()), "team-b/pay-1/dead-letter"},
+		{"a later claim", Advance(retried, env()), "ns/a/dead-letter"},
+	} {
+		got := Keyed(c.step, "team-a/pay-1/dead-letter")
+		if got.Kind != ledger.KindSend || got.Status == nil || got.Status.IdempotencyKey != c.want {
+			t.Errorf("%s: key %+v, want %q", c.name, got.Status, c.want)
+		}
+	}
+	wait := Step{Kind: ledger.KindWait, Status: Begin("ClusterDestination/cases", actionsv1alpha1.PhaseExhausted)}
+	if got := Keyed(wait, "team-a/pay-1/dead-letter"); got.Status.IdempotencyKey != "" {
+		t.Errorf("a wait was given the key %q: only a claim records it", got.Status.IdempotencyKey)
+	}
+}
+
+// A delivery that waits for the sink's limits spends no attempt and is no failure: the record stays Pending with
+// the wait's reason (written once per reason), and a record Refused before resumes.
+func TestDelayedSpendsNoAttempt(t *testing.T) {
+	pending := Begin("ClusterDestination/cases", actionsv1alpha1.PhaseExhausted)
+	pending.Attempts = 1
+	refused := Refuse(pending, actionsv1alpha1.ReasonDestinationNotReady, "gone").Status
+	for _, c := range []struct {
+		name      string
+		cur       *actionsv1alpha1.DeadLetterStatus
+		reason    string
+		wantWrite bool
+	}{
+		{"first wait", pending, actionsv1alpha1.ReasonRateLimited, true},
+		{"the budget after the rate", func() *actionsv1alpha1.DeadLetterStatus {
+			st := pending.DeepCopy()
+			st.Reason = actionsv1alpha1.ReasonRateLimited
+			return st
+		}(), actionsv1alpha1.ReasonRetryBudgetExhausted, true},
+		{"same reason again", func() *actionsv1alpha1.DeadLetterStatus {
+			st := pending.DeepCopy()
+			st.Reason = actionsv1alpha1.ReasonRateLimited
+			return st
+		}(), actionsv1alpha1.ReasonRateLimited, false},
+		{"refused before", refused, actionsv1alpha1.ReasonRateLimited, true},
+	} {
+		step := Delayed(c.cur, c.reason, "waiting for destination ClusterDestination/cases ("+c.reason+") until then")
+		if step.Kind != ledger.KindWait || (step.Status != nil) != c.wantWrite {
+			t.Fatalf("%s: %+v, want a wait (write %v)", c.name, step, c.wantWrite)
+		}
+		if st := step.Status; st != nil {
+			if st.State != actionsv1alpha1.DeadLetterPending || st.Reason != c.reason || st.Attempts != 1 || st.Claim != nil ||
+				Final(st) || !strings.Contains(st.Message, "no delivery attempt is spent") {
+				t.Errorf("%s: status %+v, want Pending, reason %s, attempts 1, no claim", c.name, st, c.reason)
+			}
+		}
 	}
 }

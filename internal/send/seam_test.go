@@ -18,6 +18,8 @@ var theSeam = seam{
 		return SuccessWhen(s.Exprs, xa, red.View(resp))
 	},
 	classify: func(s *Sender, xa *actionsv1alpha1.ExternalAction, res httpexec.Result, env ledger.Env, red *redact.Redactor) ledger.Outcome {
-		return s.classify(xa, res, red.View(res.Response), env, red, false)
+		r := request{kind: kindAttempt, xa: xa, env: env,
+			success: func(view *redact.View) (bool, error) { return SuccessWhen(s.Exprs, xa, view) }}
+		return s.classify(r, exchanged{res: res, red: red}, red.View(res.Response))
 	},
 }

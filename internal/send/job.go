@@ -1,0 +1,329 @@
+package send
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/destination"
+	"github.com/actionledger/actionledger/internal/dispatch"
+	"github.com/actionledger/actionledger/internal/expr"
+	"github.com/actionledger/actionledger/internal/httpexec"
+	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/redact"
+	"github.com/actionledger/actionledger/internal/retry"
+	"github.com/actionledger/actionledger/internal/tracing"
+)
+
+// kind is what a job sends: it decides how the answer is read (an outcome or a post-check verdict) and which
+// Result fields carry it.
+type kind int
+
+const (
+	// kindAttempt is an attempt of the action's own request: its outcome is an attempt of the action.
+	kindAttempt kind = iota
+	// kindCheck is a post-check about an uncertain attempt: its answer is a verdict (Result.Check).
+	kindCheck
+	// kindDeadLetter is a delivery attempt of the action's dead-letter record (Result.DeadLetter), recorded in
+	// status.deadLetter.
+	kindDeadLetter
+)
+
+// request is one job's request, with everything that differs between the kinds of job as data. What does not
+// differ (the destination's auth headers, its key header, the OAuth2 token and the signature, the timeout, the
+// executor, the drop of a refused token, the redacted view) is done by exchange alone.
+type request struct {
+	kind kind
+	// xa is the action the job is for (the dispatcher's key); an attempt's successWhen and outputs are its.
+	xa   *actionsv1alpha1.ExternalAction
+	dest *destination.Resolved
+	// method and target are the request line; header the kind's own headers (spec.request.headers, a record's
+	// CloudEvent attributes), to which the destination's are added; body is nil without one.
+	method, target string
+	header         http.Header
+	body           []byte
+	// key is sent in the destination's key header and is the signature's message id.
+	key string
+	// keep is how much of the response body the executor keeps beyond the longest Secret value (0: nothing).
+	keep int
+	// success says whether a response is a success (an attempt's successWhen, else a 2xx); unused by a check.
+	success func(*redact.View) (bool, error)
+	// attempt, deadline and env are the job's attempt number, the time it must be over by, and its decision
+	// environment (env.Now is when it was claimed).
+	attempt  int32
+	deadline time.Time
+	env      ledger.Env
+	// unclaimed is the status of an attempt sent without a claim, kept with each of its results.
+	unclaimed *actionsv1alpha1.ExternalActionStatus
+}
+
+// Job is the dispatcher job of the claimed attempt of claimed: Run sends once to target (the checked
+// httpexec.JoinURL of the destination's url and the action's path) and classifies; NotRun gives the not-sent
+// (or, after a panic, uncertain) outcome of a job whose Run was never called or did not return. margin is
+// the claim margin: the attempt ends that long before its claim expires, to record it.
+func (s *Sender) Job(claimed *actionsv1alpha1.ExternalAction, dest *destination.Resolved, target string, body []byte,
+	env ledger.Env, margin time.Duration) dispatch.Job[*Result] {
+	return s.job(s.attempt(claimed, dest, target, body, env, margin))
+}
+
+// UnclaimedJob is Job for an attempt sent without a claim (ledger.Step.Unclaimed): sent is the action with the
+// attempt's claim in its status, in memory only; every result carries that status (Result.Unclaimed).
+func (s *Sender) UnclaimedJob(sent *actionsv1alpha1.ExternalAction, dest *destination.Resolved, target string, body []byte,
+	env ledger.Env, margin time.Duration) dispatch.Job[*Result] {
+	r := s.attempt(sent, dest, target, body, env, margin)
+	r.unclaimed = &sent.Status
+	return s.job(r)
+}
+
+// CheckJob is the dispatcher job of one post-check request about xa's open claim: Run asks (method default GET,
+// with the destination's auth, signature and the action's key) and evaluates applied/notApplied.
+func (s *Sender) CheckJob(xa *actionsv1alpha1.ExternalAction, dest *destination.Resolved, target string,
+	env ledger.Env) dispatch.Job[*Result] {
+	method := dest.Spec.Reconciliation.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	return s.job(request{kind: kindCheck, xa: xa, dest: dest, method: method, target: target, key: xa.Status.IdempotencyKey,
+		keep: MaxResponseBodyBytes, attempt: xa.Status.Claim.Attempt, deadline: s.Clock.Now().Add(dest.Timeout), env: env})
+}
+
+// DeadLetterJob is the dispatcher job of the claimed delivery attempt of claimed's dead-letter record: one POST
+// of the record (header and body, as internal/deadletter encoded it) to target under the record's key
+// (status.deadLetter.idempotencyKey), with the sink's auth and signature, classified by the sink's retry rules
+// (env: the sink's policy) with a 2xx as success. It ends env.Margin() before its claim expires.
+func (s *Sender) DeadLetterJob(claimed *actionsv1alpha1.ExternalAction, sink *destination.Resolved, target string,
+	header http.Header, body []byte, env ledger.Env) dispatch.Job[*Result] {
+	dl := claimed.Status.DeadLetter
+	return s.job(request{kind: kindDeadLetter, xa: claimed, dest: sink, method: http.MethodPost, target: target,
+		header: header, body: body, key: dl.IdempotencyKey, success: defaultSuccess, attempt: dl.Claim.Attempt,
+		deadline: dl.Claim.ExpiresAt.Add(-env.Margin()), env: env})
+}
+
+// attempt is the request of an attempt of xa's own request.
+func (s *Sender) attempt(xa *actionsv1alpha1.ExternalAction, dest *destination.Resolved, target string, body []byte,
+	env ledger.Env, margin time.Duration) request {
+	h := make(http.Header, len(xa.Spec.Request.Headers)+1)
+	for k, v := range xa.Spec.Request.Headers {
+		h.Set(k, string(v))
+	}
+	if body != nil && h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	keep := MaxResponseBodyBytes
+	if xa.Spec.Outputs != nil {
+		keep = max(keep, actionsv1alpha1.MaxOutputResponseBytes)
+	}
+	return request{kind: kindAttempt, xa: xa, dest: dest, method: destination.Method(xa), target: target, header: h, body: body,
+		key: xa.Status.IdempotencyKey, keep: keep, attempt: xa.Status.Claim.Attempt,
+		deadline: xa.Status.Claim.ExpiresAt.Add(-margin), env: env,
+		success: func(view *redact.View) (bool, error) { return SuccessWhen(s.Exprs, xa, view) }}
+}
+
+// defaultSuccess is the success of a request without successWhen: a 2xx status.
+func defaultSuccess(view *redact.View) (bool, error) {
+	return expr.DefaultSuccess(view.StatusCode), nil
+}
+
+// job is the dispatcher job of r: the one place where a job of any kind is made.
+func (s *Sender) job(r request) dispatch.Job[*Result] {
+	return dispatch.Job[*Result]{
+		Destination: r.dest.ID,
+		Key:         types.NamespacedName{Namespace: r.xa.Namespace, Name: r.xa.Name},
+		Attempt:     r.attempt,
+		MaxInFlight: r.dest.MaxInFlight,
+		Deadline:    r.deadline,
+		StartBy:     r.deadline.Add(-min(minUsefulSend, r.dest.Timeout/2)),
+		Run:         func(ctx context.Context) *Result { return s.run(ctx, r) },
+		NotRun: func(err error) *Result {
+			if r.kind == kindCheck {
+				return r.checked(&CheckResult{Skipped: true})
+			}
+			return r.outcome(NotRunOutcome(err, s.Clock.Now()))
+		},
+	}
+}
+
+// run sends r once and reads the answer. The request ends before the job's deadline (for a claimed job, the
+// claim's expiry minus the margin to record it): otherwise another holder could treat a request still in
+// flight as abandoned.
+func (s *Sender) run(ctx context.Context, r request) *Result {
+	timeout := r.dest.Timeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	if timeout <= 0 {
+		if r.kind == kindCheck {
+			return r.checked(&CheckResult{Skipped: true}) // nothing was asked: ask again
+		}
+		return r.outcome(NotSent(s.Clock.Now(), "ClaimExpired", "the claim had too little time left to send; nothing was sent"))
+	}
+	ex := s.exchange(ctx, r, timeout)
+	if r.kind == kindCheck {
+		return r.checked(s.verdict(r.dest, ex.checkResult(), ex.red))
+	}
+	view := ex.red.View(ex.res.Response) // nil without a response
+	p := r.outcome(s.classify(r, ex, view))
+	if r.kind == kindAttempt && p.Outcome.Class == retry.ClassSuccess && r.xa.Spec.Outputs != nil && view != nil &&
+		s.Succeeded != nil {
+		// Only a success holds outputs: never a failed, retried or uncertain attempt.
+		s.Succeeded(context.WithoutCancel(ctx), r.xa, view)
+	}
+	// The dispatcher cancels (rather than lets expire) only the sends still running when the shutdown grace ends.
+	p.Abandoned = errors.Is(ctx.Err(), context.Canceled)
+	return p
+}
+
+// exchanged is what one request came to: the executor's result and the request's redactor, or the Authorize
+// error that kept it from leaving.
+type exchanged struct {
+	res httpexec.Result
+	// red is the redactor of this request: the destination's Secret values and its token.
+	red *redact.Redactor
+	// renewed: the request carried an OAuth2 token, which a 401 has dropped (refused): the next request gets a
+	// new one.
+	renewed, refused bool
+	authErr          error
+}
+
+// exchange builds r's request (the kind's headers, the destination's auth headers, the key, the traceparent),
+// authorizes it (the OAuth2 token, the signature), sends it once through the executor (the one call site of
+// every kind) and drops a token the destination refused with a 401 (destination.Resolved.Refused). Nothing is
+// sent when Authorize fails. The answer is read only through red (a redact.View: run, verdict).
+func (s *Sender) exchange(ctx context.Context, r request, timeout time.Duration) exchanged {
+	dest := r.dest
+	h := make(http.Header, len(r.header)+len(dest.AuthHeader)+2)
+	for k, vs := range r.header {
+		h[k] = append([]string(nil), vs...)
+	}
+	for k, vs := range dest.AuthHeader {
+		h[k] = append([]string(nil), vs...)
+	}
+	h.Set(dest.KeyHeader, r.key)
+	tracing.Inject(ctx, h, dest.Spec.TraceContext) // the job span's traceparent, beside the key (never from it)
+	red, token, err := dest.Authorize(ctx, h, r.body, r.key)
+	if err != nil {
+		return exchanged{red: red, authErr: err}
+	}
+	keep := 0
+	if r.keep > 0 {
+		// The longest Secret value beyond the cap: a value straddling it is seen whole and redacted
+		// (redact.Redactor.Body).
+		keep = r.keep + red.Longest()
+	}
+	res := s.Executor.Execute(ctx, httpexec.Request{Method: r.method, URL: r.target, Header: h, Body: r.body,
+		Timeout: timeout, TLS: dest.TLS}, keep)
+	refused := dest.Refused(token, res)
+	return exchanged{res: res, red: red, renewed: token != "", refused: refused}
+}
+
+// checkResult is the post-check's result of ex: the Authorize error, or a refused token, as an inconclusive
+// failure (a refused token says nothing about the effect, whatever applied/notApplied would make of a 401: a
+// broad notApplied such as statusCode >= 400 would otherwise allow a re-send).
+func (ex exchanged) checkResult() httpexec.Result {
+	switch {
+	case ex.authErr != nil:
+		return httpexec.Result{Err: ex.authErr, ErrorClass: destination.ErrorClass(ex.authErr)}
+	case ex.refused:
+		return httpexec.Result{Err: errors.New("the post-check's OAuth2 access token was refused (401); a new one is fetched for the next check"),
+			ErrorClass: httpexec.ClassTokenUnavailable}
+	}
+	return ex.res
+}
+
+// outcome is the Result of an attempt or a delivery with outcome o.
+func (r request) outcome(o ledger.Outcome) *Result {
+	env := r.env
+	env.Now = o.FinishedAt
+	p := &Result{Attempt: r.attempt, Outcome: o, Env: env, ClaimedAt: r.env.Now, PauseCap: r.dest.DeadlineDur,
+		DeadLetter: r.kind == kindDeadLetter}
+	if r.unclaimed != nil {
+		p.Unclaimed = r.unclaimed.DeepCopy()
+	}
+	return p
+}
+
+// checked is the Result of a post-check with answer c.
+func (r request) checked(c *CheckResult) *Result {
+	return &Result{Attempt: r.attempt, Env: r.env, Check: c}
+}
+
+// classify turns an attempt's or a delivery's exchange, with view the redacted view of its response (nil
+// without one), into an outcome. Every destination-supplied string in it
+// (error text, Retry-After, the kept response) comes from the redacted view or has the destination's Secret
+// values redacted, and successWhen sees the view too: an expression over a Secret value sees only
+// redact.Redacted (DESIGN rule 11). The retry decision reads the status code and the headers as received
+// (Retry-After is a delay, not a value that is kept). A request that carried an OAuth2 token, dropped on a 401,
+// has that 401 retried with a new token. A request Authorize stopped is NotSent, retried within the policy
+// like a refused dial, not before a token endpoint's Retry-After (429 or 503).
+func (s *Sender) classify(r request, ex exchanged, view *redact.View) ledger.Outcome {
+	red := ex.red
+	if err := ex.authErr; err != nil {
+		o := NotSent(s.Clock.Now(), string(destination.ErrorClass(err)), red.String(err.Error())+"; nothing was sent")
+		o.RetryAfter = red.String(httpexec.TokenRetryAfter(err))
+		return o
+	}
+	res := ex.res
+	o := ledger.Outcome{FinishedAt: s.Clock.Now()}
+	obs := retry.Observation{Err: res.Err, Written: res.Written, RenewedCredential: ex.renewed}
+	if res.Err != nil {
+		o.ErrorClass = string(res.ErrorClass)
+		o.Error = red.String(res.Err.Error())
+	}
+	if resp := res.Response; resp != nil {
+		o.StatusCode = resp.StatusCode
+		o.RetryAfter = view.RetryAfter
+		o.Response = ResponseRecord(view)
+		obs.StatusCode = resp.StatusCode
+		obs.Header = resp.Header
+		ok, err := r.success(view)
+		if err != nil {
+			// The error names the kind of failure, never a value (expr.EvalError).
+			o.Error = red.String("spec.successWhen: " + err.Error() + view.NotExposed())
+		}
+		obs.Succeeded = ok
+	}
+	o.Class = retry.Classify(obs, r.env.Policy, r.env.RepeatSafe, r.env.KeySupported)
+	return o
+}
+
+// verdict evaluates the post-check's applied and notApplied expressions on its response; a failed request
+// or a response neither proves is inconclusive.
+func (s *Sender) verdict(dest *destination.Resolved, res httpexec.Result, red *redact.Redactor) *CheckResult {
+	out := &CheckResult{Verdict: ledger.VerdictInconclusive}
+	if res.Err != nil || res.Response == nil {
+		return out
+	}
+	rc := dest.Spec.Reconciliation
+	// The record goes into the action's status: the exposed view. applied and notApplied are the destination
+	// admin's own expressions (on a ClusterDestination, beside its expose): they judge the whole view, and the
+	// action learns only their verdict.
+	out.Rec = ResponseRecord(red.View(res.Response))
+	in := exprResponse(red.WholeView(res.Response))
+	var failed []string
+	for _, c := range []struct {
+		field, src string
+		verdict    ledger.Verdict
+	}{{"applied", rc.Applied, ledger.VerdictApplied}, {"notApplied", rc.NotApplied, ledger.VerdictNotApplied}} {
+		p, err := s.Exprs.Get(c.src)
+		if err != nil {
+			failed = append(failed, "spec.reconciliation."+c.field+" does not compile")
+			continue
+		}
+		ok, err := p.Eval(in)
+		if err != nil {
+			failed = append(failed, "spec.reconciliation."+c.field+" failed to evaluate on the response")
+			continue
+		}
+		if ok {
+			out.Verdict = c.verdict
+			return out
+		}
+	}
+	out.Why = strings.Join(failed, "; ")
+	return out
+}
