@@ -278,7 +278,7 @@ type DeadLetterStatus struct {
 	// mode is the CloudEvents HTTP content mode, as spec.deadLetter.mode said when the record became owed.
 	// +optional
 	Mode CloudEventMode `json:"mode,omitempty"`
-	// idempotencyKey is the key sent to the sink and the CloudEvent's id: the key the sink's idempotency.keyFormat makes for the action (default namespace/name) followed by /dead-letter, never the action's own key. It is written by the first delivery claim, before anything is sent, and kept for every attempt; a record owed under an earlier version of actionledger has the action's key followed by /dead-letter and keeps it. Empty until the first claim.
+	// idempotencyKey is the key sent to the sink and the CloudEvent's id: the key the sink's idempotency.keyFormat makes for the action (default namespace/name) followed by /dead-letter, never the action's own key. It is written by the first delivery claim, before anything is sent, and kept for every attempt; a record owed under an earlier version of actionledger, given the action's key followed by /dead-letter, is re-keyed by its first claim and keeps the key once a delivery attempt was claimed. Empty until the first claim.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	IdempotencyKey string `json:"idempotencyKey,omitempty"`

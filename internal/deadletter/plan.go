@@ -54,12 +54,16 @@ func Key(sink *actionsv1alpha1.DestinationSpec, namespace, name string) string {
 	return destination.IdempotencyKey(sink, namespace, name) + KeySuffix
 }
 
-// Keyed records key in a claim step of a record that has no key yet: the key is recorded once, by the first
-// claim, before anything is sent, and every later delivery attempt (a resend after an uncertain one included)
-// carries it, whatever the sink's keyFormat becomes. A record that already has one keeps it: a record owed by
-// an earlier manager was given the action's key followed by KeySuffix when it became owed.
+// Keyed records key in the first claim of a record: the key is recorded once, before anything is sent, and
+// every later delivery attempt (a resend after an uncertain one included) carries it, whatever the sink's
+// keyFormat becomes. A record owed by an earlier manager was given the action's key followed by KeySuffix when
+// it became owed; nothing was sent under that key before its first claim, so the first claim replaces it too
+// (the action's key may have been written to look like another tenant's). A later claim keeps the key it has.
 func Keyed(step Step, key string) Step {
-	if step.Kind == ledger.KindSend && step.Status != nil && step.Status.IdempotencyKey == "" {
+	if step.Kind != ledger.KindSend || step.Status == nil {
+		return step
+	}
+	if first := step.Status.Claim != nil && step.Status.Claim.Attempt == 1; first || step.Status.IdempotencyKey == "" {
 		step.Status.IdempotencyKey = key
 	}
 	return step

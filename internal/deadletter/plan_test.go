@@ -450,8 +450,9 @@ func TestKeyIsTheSinksKeyFormat(t *testing.T) {
 	}
 }
 
-// The key is recorded by the first claim and never changed: a later claim, or a record owed with the action's
-// key by an earlier manager, keeps the key it has; a step that sends nothing is left alone.
+// The key is recorded by the first claim and never changed: a later claim keeps the key it has; a record owed
+// with the action's key by an earlier manager (never sent under it) is re-keyed by its first claim; a step that
+// sends nothing is left alone.
 func TestKeyedOnce(t *testing.T) {
 	fresh := Advance(Begin("ClusterDestination/cases", actionsv1alpha1.PhaseExhausted), env())
 	old := Begin("ClusterDestination/cases", actionsv1alpha1.PhaseExhausted)
@@ -464,7 +465,7 @@ func TestKeyedOnce(t *testing.T) {
 		want string
 	}{
 		{"first claim", fresh, "team-a/pay-1/dead-letter"},
-		{"owed under the old key", Advance(old, env()), "team-b/pay-1/dead-letter"},
+		{"owed under the old key, first claim", Advance(old, env()), "team-a/pay-1/dead-letter"},
 		{"a later claim", Advance(retried, env()), "ns/a/dead-letter"},
 	} {
 		got := Keyed(c.step, "team-a/pay-1/dead-letter")
