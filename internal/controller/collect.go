@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -21,28 +22,39 @@ import (
 // one (docs/retention.md#collection).
 const CollectPriority = 2 * handler.LowPriority
 
+// DefaultCollectionRate is the default of Options.CollectionRate (--collection-rate): collections a second that
+// take their turn among waiting sends.
+const DefaultCollectionRate = 10.0
+
 // collectBusy is how long a collection waits when maxCollecting collections are already under way (their API
 // requests take a few milliseconds each).
 const collectBusy = 50 * time.Millisecond
 
-// collector gives collection its turn: a reconcile that finds collection work first hands the object to
-// CollectPriority (arm), and only the next reconcile, dequeued behind every waiting send, does the work; at most
-// a quarter of the workers collect at once, so that a send arriving during a wave of collection finds a worker
-// and the API server is not flooded with deletes.
+// collector gives collection its turn. A reconcile that finds collection work (a finished action past its
+// expiresAt, or a finished action being deleted) does it at once only while the collection rate allows (a token
+// bucket of Options.CollectionRate a second): those collections take their place in line with the sends, so
+// collection keeps going at that rate however many sends wait. Beyond the rate the object is handed to
+// CollectPriority (arm), and the next reconcile, dequeued behind every waiting send, does the work. At most a
+// quarter of the workers collect at once, so that a send arriving during a wave of collection finds a worker and
+// the API server is not flooded with deletes.
 type collector struct {
-	mu    sync.Mutex
-	armed map[types.NamespacedName]struct{}
-	slots chan struct{}
+	mu     sync.Mutex
+	armed  map[types.NamespacedName]struct{}
+	slots  chan struct{}
+	inLine *rate.Limiter
 }
 
-// newCollector returns a collector letting max(1, workers/4) collections run at once.
-func newCollector(workers int) *collector {
-	return &collector{armed: map[types.NamespacedName]struct{}{}, slots: make(chan struct{}, max(1, workers/4))}
+// newCollector returns a collector letting max(1, workers/4) collections run at once and perSecond of them
+// (burst: one second's worth, at least 1) go in line with sends; perSecond 0 sends every collection to
+// CollectPriority.
+func newCollector(workers int, perSecond float64) *collector {
+	return &collector{armed: map[types.NamespacedName]struct{}{}, slots: make(chan struct{}, max(1, workers/4)),
+		inLine: rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond)))}
 }
 
 // take reports whether nn's previous reconcile handed it to CollectPriority, and forgets it: every reconcile
 // takes it first, so an object reconciled for another reason in between (an event raises its priority) is
-// handed back to CollectPriority before it is collected.
+// handed back to CollectPriority before it is collected, unless the rate lets it go in line.
 func (c *collector) take(nn types.NamespacedName) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -57,11 +69,11 @@ func (c *collector) arm(nn types.NamespacedName) {
 	c.mu.Unlock()
 }
 
-// turn decides whether the collection of nn runs now. Not armed (the reconcile was not dequeued at
-// CollectPriority): nn is armed and requeued at CollectPriority. Armed but every slot taken: armed again and
-// requeued after collectBusy. Otherwise ok is true and release gives the slot back after the work.
+// turn decides whether the collection of nn runs now: when the reconcile was dequeued at CollectPriority (armed)
+// or the rate lets it go in line, and a slot is free. Otherwise nn is armed and requeued at CollectPriority (after
+// collectBusy when only the slots were missing). release gives the slot back after the work.
 func (c *collector) turn(nn types.NamespacedName, armed bool) (release func(), res ctrl.Result, ok bool) {
-	if !armed {
+	if !armed && !c.inLine.Allow() {
 		c.arm(nn)
 		return nil, collectAfter(time.Millisecond), false
 	}
@@ -72,6 +84,13 @@ func (c *collector) turn(nn types.NamespacedName, armed bool) (release func(), r
 		c.arm(nn)
 		return nil, collectAfter(collectBusy), false
 	}
+}
+
+// dueAt requeues a finished action for its expiresAt at priority 0: that reconcile only reads the cache and
+// decides (turn) whether the collection goes in line or behind the sends.
+func dueAt(left time.Duration) ctrl.Result {
+	p := 0
+	return ctrl.Result{RequeueAfter: left, Priority: &p}
 }
 
 // collectAfter requeues at CollectPriority after d.

@@ -93,6 +93,11 @@ type Options struct {
 	InsecureSkipVerifyAllowed bool
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
+	// CollectionRate is how many collections a second (the delete of a finished action past its expiresAt, or
+	// the finalization of a finished action being deleted) take their turn among waiting sends
+	// (--collection-rate); beyond it collection runs only when no send waits (CollectPriority). nil means
+	// DefaultCollectionRate; 0 puts every collection behind the sends.
+	CollectionRate *float64
 	// MaxInFlight bounds the sends in flight of the whole manager (--max-in-flight); not positive means
 	// dispatch.DefaultGlobalMaxInFlight.
 	MaxInFlight int
@@ -291,7 +296,7 @@ func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *ac
 	}
 	if xa.Status.ExpiresAt != nil && xa.Status.Phase != actionsv1alpha1.PhaseOutcomeUnknown {
 		if left := xa.Status.ExpiresAt.Sub(now); left > 0 {
-			return collectAfter(left), nil
+			return dueAt(left), nil
 		}
 		release, res, ok := r.parts.collector.turn(client.ObjectKeyFromObject(xa), armed)
 		if !ok {
@@ -310,7 +315,7 @@ func (r *ExternalActionReconciler) build() {
 	if d, ok := r.Dispatcher.(*InlineDispatcher); ok && d.Deliver == nil {
 		d.Deliver = func(c dispatch.Completion[*send.Result]) { r.receive(c) }
 	}
-	p := &parts{mailbox: newMailbox(), health: &storeHealth{}, collector: newCollector(r.workers())}
+	p := &parts{mailbox: newMailbox(), health: &storeHealth{}, collector: newCollector(r.workers(), r.collectionRate())}
 	p.subjects = &subject.Lock{Client: r.Client, APIReader: r.APIReader, Clock: r.Clock}
 	p.writer = &status.Writer{Client: r.Client, Reader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock,
 		AllEvents: r.Options.AllEvents, DestinationID: destination.ID, Finished: func(xa *actionsv1alpha1.ExternalAction) {
@@ -345,6 +350,14 @@ func (r *ExternalActionReconciler) workers() int {
 		return DefaultMaxConcurrentReconciles
 	}
 	return r.Options.MaxConcurrentReconciles
+}
+
+// collectionRate is Options.CollectionRate, or DefaultCollectionRate when it is not set (negative means 0).
+func (r *ExternalActionReconciler) collectionRate() float64 {
+	if r.Options.CollectionRate == nil {
+		return DefaultCollectionRate
+	}
+	return max(0, *r.Options.CollectionRate)
 }
 
 // rand is the jitter source.
