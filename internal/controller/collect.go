@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -45,11 +46,11 @@ type collector struct {
 }
 
 // newCollector returns a collector letting max(1, workers/4) collections run at once and perSecond of them
-// (burst: one second's worth, at least 1) go in line with sends; perSecond 0 sends every collection to
+// (burst: one second's worth, rounded up) go in line with sends; perSecond 0 sends every collection to
 // CollectPriority.
 func newCollector(workers int, perSecond float64) *collector {
 	return &collector{armed: map[types.NamespacedName]struct{}{}, slots: make(chan struct{}, max(1, workers/4)),
-		inLine: rate.NewLimiter(rate.Limit(perSecond), max(1, int(perSecond)))}
+		inLine: rate.NewLimiter(rate.Limit(perSecond), int(math.Ceil(perSecond)))}
 }
 
 // take reports whether nn's previous reconcile handed it to CollectPriority, and forgets it: every reconcile
