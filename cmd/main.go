@@ -203,7 +203,8 @@ func run() int {
 	}
 	setupLog.Info("Starting manager", "version", version, "commit", commit,
 		"leaderElection", f.leaderElect, "qps", f.qps, "burst", f.burst, "concurrency", f.concurrency,
-		"maxInFlight", f.maxInFlight, "collectionRate", f.collectionRate, "shutdownGrace", f.shutdownGrace, "watchLabelSelector", f.watchSelector,
+		"maxInFlight", f.maxInFlight, "collectionRate", f.collectionRate, "shutdownGrace", f.shutdownGrace,
+		"watchLabelSelector", f.watchSelector,
 		"egressAllow", f.egress.Allow, "egressDeny", f.egress.Deny, "tombstoneStore", f.tombstoneStore)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Failed to run manager")
