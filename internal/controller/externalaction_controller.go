@@ -268,8 +268,9 @@ func (r *ExternalActionReconciler) movedAway(ctx context.Context, nn types.Names
 }
 
 // reconcileTerminal handles the subject release, outputs, decisions by people, new generations and garbage
-// collection of finished actions, in that order. armed says that this reconcile was dequeued at CollectPriority
-// (collector.take): only such a reconcile collects.
+// collection of finished actions, in that order. armed says that a previous reconcile handed this one the
+// collection's turn at CollectPriority (collector.take); otherwise the collection goes now only within
+// Options.CollectionRate (collector.turn).
 func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *actionsv1alpha1.ExternalAction, armed bool) (ctrl.Result, error) {
 	now := r.Clock.Now()
 	// A finished holder gives its subject up (again, should the release after its outcome have failed).

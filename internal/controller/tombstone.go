@@ -112,7 +112,8 @@ func (r *ExternalActionReconciler) waitOnTombstoneStore(ctx context.Context, xa 
 func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actionsv1alpha1.ExternalAction) error {
 	if IsTrimmed(xa) {
 		// The cached copy of a finished action lacks its response (TrimFinished); the tombstone keeps it, so it
-		// is written from a fresh copy. finalize never gets here: an action being deleted is cached whole.
+		// is written from a fresh copy. Not reached by finalize, its only caller: an action being deleted is
+		// cached whole (TrimFinished keeps it); kept so that no tombstone is ever written without its response.
 		fresh := &actionsv1alpha1.ExternalAction{}
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(xa), fresh); err != nil {
 			return fmt.Errorf("reading %s/%s whole for its tombstone: %w", xa.Namespace, xa.Name, err)
