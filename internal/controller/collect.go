@@ -34,7 +34,7 @@ const collectBusy = 50 * time.Millisecond
 // collector gives collection its turn. A reconcile that finds collection work (a finished action past its
 // expiresAt, or a finished action being deleted) does it at once only while the collection rate allows (a token
 // bucket of Options.CollectionRate a second): those collections take their place in line with the sends, so
-// collection keeps going at that rate however many sends wait. Beyond the rate the object is handed to
+// collection is not starved while sends wait, and bounded to that rate. Beyond the rate the object is handed to
 // CollectPriority (arm), and the next reconcile, dequeued behind every waiting send, does the work. At most a
 // quarter of the workers collect at once, so that a send arriving during a wave of collection finds a worker and
 // the API server is not flooded with deletes.
