@@ -66,6 +66,7 @@ type managerFlags struct {
 	burst, concurrency                                int
 	claimMargin                                       time.Duration
 	maxInFlight                                       int
+	collectionRate                                    float64
 	shutdownGrace                                     time.Duration
 	tombstoneStore, tombstoneDSNFile                  string
 	watchSelector, leaderElectionID                   string
@@ -114,6 +115,9 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", dispatch.DefaultGlobalMaxInFlight,
 		"Requests in flight to all destinations at once (each destination also has spec.concurrency.maxInFlight). "+
 			"Sends do not hold reconcile workers.")
+	fs.Float64Var(&f.collectionRate, "collection-rate", controller.DefaultCollectionRate,
+		"Collections a second (deletes of finished actions past ttlAfterFinished, and their finalization) that take "+
+			"their turn among waiting sends; beyond it collection runs only when no send waits. 0: always behind the sends.")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", dispatch.DefaultShutdownGrace,
 		"On SIGTERM or loss of leadership: how long requests in flight are awaited and their outcomes recorded; "+
 			"what is still open then is left claimed (DESIGN rule 3 after a restart). Keep it below the pod's "+
@@ -152,7 +156,7 @@ func (f *managerFlags) options() app.Options {
 	return app.Options{
 		MetricsServer: &ms, ProbeAddr: f.probeAddr, LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leNamespace,
 		ControllerNamespace: f.controllerNS, MaxConcurrentReconciles: f.concurrency, ClaimMargin: f.claimMargin,
-		MaxInFlight: f.maxInFlight, ShutdownGrace: f.shutdownGrace,
+		MaxInFlight: f.maxInFlight, ShutdownGrace: f.shutdownGrace, CollectionRate: &f.collectionRate,
 		Egress:                    &f.egress,
 		InsecureSkipVerifyAllowed: f.insecureSkipVerifyAllowed,
 		DefaultServiceAccount:     f.defaultServiceAccount,
@@ -199,7 +203,8 @@ func run() int {
 	}
 	setupLog.Info("Starting manager", "version", version, "commit", commit,
 		"leaderElection", f.leaderElect, "qps", f.qps, "burst", f.burst, "concurrency", f.concurrency,
-		"maxInFlight", f.maxInFlight, "shutdownGrace", f.shutdownGrace, "watchLabelSelector", f.watchSelector,
+		"maxInFlight", f.maxInFlight, "collectionRate", f.collectionRate, "shutdownGrace", f.shutdownGrace,
+		"watchLabelSelector", f.watchSelector,
 		"egressAllow", f.egress.Allow, "egressDeny", f.egress.Deny, "tombstoneStore", f.tombstoneStore)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		setupLog.Error(err, "Failed to run manager")

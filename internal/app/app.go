@@ -65,6 +65,9 @@ type Options struct {
 	ClaimMargin time.Duration
 	// MaxInFlight bounds the sends in flight of the whole manager (--max-in-flight, default 1024).
 	MaxInFlight int
+	// CollectionRate is the collections a second that go in line with waiting sends (--collection-rate); nil:
+	// controller.DefaultCollectionRate.
+	CollectionRate *float64
 	// ShutdownGrace is how long sends in flight are awaited and recorded after SIGTERM or a loss of
 	// leadership (--shutdown-grace, default 25s); the manager's GracefulShutdownTimeout is this plus
 	// ShutdownRecordTime.
@@ -246,6 +249,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	opts := controller.Options{
 		Holder: holder, ControllerNamespace: o.ControllerNamespace, ClaimMargin: o.ClaimMargin,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles, MaxInFlight: o.MaxInFlight, ShutdownGrace: shutdownGrace(o),
+		CollectionRate:            o.CollectionRate,
 		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed, AllEvents: o.AllEvents, SkipNameValidation: o.SkipNameValidation,
 		Tombstones: tombstones, TombstoneStore: store, Tokens: tokens, Shards: shards,
 		Tenants: &destination.TenantSecrets{Config: cfg, Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),

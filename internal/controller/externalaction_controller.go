@@ -93,6 +93,11 @@ type Options struct {
 	InsecureSkipVerifyAllowed bool
 	// SkipNameValidation allows several managers in one process (tests).
 	SkipNameValidation bool
+	// CollectionRate is how many collections a second (the delete of a finished action past its expiresAt, or
+	// the finalization of a finished action being deleted) take their turn among waiting sends
+	// (--collection-rate); beyond it collection runs only when no send waits (CollectPriority). nil means
+	// DefaultCollectionRate; 0 puts every collection behind the sends.
+	CollectionRate *float64
 	// MaxInFlight bounds the sends in flight of the whole manager (--max-in-flight); not positive means
 	// dispatch.DefaultGlobalMaxInFlight.
 	MaxInFlight int
@@ -147,6 +152,8 @@ type parts struct {
 	mailbox  *mailbox
 	// deadletter delivers the dead-letter records of terminal actions (spec.deadLetter of their destination).
 	deadletter *deadletter.Manager
+	// collector runs collection behind sends (collect.go).
+	collector *collector
 }
 
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=externalactions,verbs=get;list;watch;update;patch;delete
@@ -182,6 +189,9 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("externalaction", klog.KObj(xa)))
+	// Collection runs behind every waiting send (collect.go): each reconcile takes the turn a previous one handed
+	// it, whatever it goes on to do.
+	armed := r.parts.collector.take(nn)
 
 	// DESIGN rule 2: an outcome we hold but could not write comes first; nothing else is decided before it.
 	if p, ok := r.parts.mailbox.load(nn); ok {
@@ -200,6 +210,13 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{RequeueAfter: requeue.InFlight}, nil
 	}
 	if !xa.DeletionTimestamp.IsZero() {
+		if finishedDeletion(xa) {
+			release, res, ok := r.parts.collector.turn(nn, armed)
+			if !ok {
+				return res, nil
+			}
+			defer release()
+		}
 		return r.finalize(ctx, xa)
 	}
 	if !controllerutil.ContainsFinalizer(xa, actionsv1alpha1.Finalizer) {
@@ -209,7 +226,7 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 	}
 	if xa.Status.Phase.Terminal() {
-		return r.reconcileTerminal(ctx, xa)
+		return r.reconcileTerminal(ctx, xa, armed)
 	}
 	return r.reconcileActive(ctx, xa)
 }
@@ -221,6 +238,7 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 func (r *ExternalActionReconciler) forget(nn types.NamespacedName) {
 	r.parts.mailbox.drop(nn)
 	r.parts.mailbox.forgetWritten(nn)
+	r.parts.collector.take(nn)
 	r.Limiter.ForgetKey(nn.Namespace + "/" + nn.Name)
 	if !r.Dispatcher.Holds(nn) {
 		r.parts.outputs.Forget(nn)
@@ -250,8 +268,10 @@ func (r *ExternalActionReconciler) movedAway(ctx context.Context, nn types.Names
 }
 
 // reconcileTerminal handles the subject release, outputs, decisions by people, new generations and garbage
-// collection of finished actions, in that order.
-func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
+// collection of finished actions, in that order. armed says that a previous reconcile handed this one the
+// collection's turn at CollectPriority (collector.take); otherwise the collection goes now only within
+// Options.CollectionRate (collector.turn).
+func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *actionsv1alpha1.ExternalAction, armed bool) (ctrl.Result, error) {
 	now := r.Clock.Now()
 	// A finished holder gives its subject up (again, should the release after its outcome have failed).
 	if xa.Spec.Subject != "" && subject.Releasable(xa) {
@@ -277,8 +297,13 @@ func (r *ExternalActionReconciler) reconcileTerminal(ctx context.Context, xa *ac
 	}
 	if xa.Status.ExpiresAt != nil && xa.Status.Phase != actionsv1alpha1.PhaseOutcomeUnknown {
 		if left := xa.Status.ExpiresAt.Sub(now); left > 0 {
-			return ctrl.Result{RequeueAfter: left}, nil
+			return dueAt(left), nil
 		}
+		release, res, ok := r.parts.collector.turn(client.ObjectKeyFromObject(xa), armed)
+		if !ok {
+			return res, nil
+		}
+		defer release()
 		return r.collect(ctx, xa)
 	}
 	return ctrl.Result{}, nil
@@ -291,7 +316,7 @@ func (r *ExternalActionReconciler) build() {
 	if d, ok := r.Dispatcher.(*InlineDispatcher); ok && d.Deliver == nil {
 		d.Deliver = func(c dispatch.Completion[*send.Result]) { r.receive(c) }
 	}
-	p := &parts{mailbox: newMailbox(), health: &storeHealth{}}
+	p := &parts{mailbox: newMailbox(), health: &storeHealth{}, collector: newCollector(r.workers(), r.collectionRate())}
 	p.subjects = &subject.Lock{Client: r.Client, APIReader: r.APIReader, Clock: r.Clock}
 	p.writer = &status.Writer{Client: r.Client, Reader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock,
 		AllEvents: r.Options.AllEvents, DestinationID: destination.ID, Finished: func(xa *actionsv1alpha1.ExternalAction) {
@@ -319,6 +344,22 @@ func (r *ExternalActionReconciler) build() {
 		p.store = &objects.Store{Client: r.Client, Reader: r.APIReader, Index: r.Options.Tombstones}
 	}
 	r.parts = p
+}
+
+// workers is the number of parallel reconciles (Options.MaxConcurrentReconciles or its default).
+func (r *ExternalActionReconciler) workers() int {
+	if r.Options.MaxConcurrentReconciles <= 0 {
+		return DefaultMaxConcurrentReconciles
+	}
+	return r.Options.MaxConcurrentReconciles
+}
+
+// collectionRate is Options.CollectionRate, or DefaultCollectionRate when it is not set (negative means 0).
+func (r *ExternalActionReconciler) collectionRate() float64 {
+	if r.Options.CollectionRate == nil {
+		return DefaultCollectionRate
+	}
+	return max(0, *r.Options.CollectionRate)
 }
 
 // rand is the jitter source.
@@ -355,10 +396,7 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := IndexDestinationRef(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("indexing actions by destination: %w", err)
 	}
-	workers := r.Options.MaxConcurrentReconciles
-	if workers <= 0 {
-		workers = DefaultMaxConcurrentReconciles
-	}
+	workers := r.workers()
 	b := ctrl.NewControllerManagedBy(mgr).For(&actionsv1alpha1.ExternalAction{})
 	if isManagers {
 		// Outcomes handed back by the dispatcher wake their object (DESIGN rule 10).

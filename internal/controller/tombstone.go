@@ -112,7 +112,8 @@ func (r *ExternalActionReconciler) waitOnTombstoneStore(ctx context.Context, xa 
 func (r *ExternalActionReconciler) writeTombstone(ctx context.Context, xa *actionsv1alpha1.ExternalAction) error {
 	if IsTrimmed(xa) {
 		// The cached copy of a finished action lacks its response (TrimFinished); the tombstone keeps it, so it
-		// is written from a fresh copy.
+		// is written from a fresh copy. Not reached by finalize, its only caller: an action being deleted is
+		// cached whole (TrimFinished keeps it); kept so that no tombstone is ever written without its response.
 		fresh := &actionsv1alpha1.ExternalAction{}
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(xa), fresh); err != nil {
 			return fmt.Errorf("reading %s/%s whole for its tombstone: %w", xa.Namespace, xa.Name, err)
@@ -228,15 +229,14 @@ func (r *ExternalActionReconciler) finalize(ctx context.Context, xa *actionsv1al
 	return ctrl.Result{}, nil
 }
 
-// collect deletes a finished action past its expiresAt; the finalizer then writes its tombstone.
+// collect deletes a finished action past its expiresAt, from the cached copy (trimmed: TrimFinished) without
+// reading it again; the finalizer then writes its tombstone (finalize), from the copy the deletion's watch event
+// brings whole (a deleting action is never trimmed). The object exists until that tombstone is written, so its
+// key stays bound throughout (DESIGN rules 7 and 8), and the tombstone is written once. The delete carries
+// preconditions on the UID and the resourceVersion the expiry was decided on: a stale cached copy never deletes
+// a changed object (the API server answers Conflict, and the newer version brings its own event), nor a
+// re-created one of the same name.
 func (r *ExternalActionReconciler) collect(ctx context.Context, xa *actionsv1alpha1.ExternalAction) (ctrl.Result, error) {
-	if err := r.writeTombstone(ctx, xa); err != nil {
-		if res, ok := r.waitOnTombstoneWrite(ctx, err); ok {
-			return res, nil
-		}
-		return ctrl.Result{}, err
-	}
-	// Preconditions: only the version the expiry was decided on is collected (a newer one brings its own event).
 	uid, rv := xa.UID, xa.ResourceVersion
 	if err := r.Delete(ctx, xa, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {

@@ -52,7 +52,7 @@ type Store interface {
 // finished by a later object: the lookup already refused a different fingerprint inside the horizon, DESIGN
 // rule 6), or when another object than the one cur stands for extends the horizon by more than a second (a
 // replayed copy going: the horizon runs from when the last object holding the key went, docs/retention.md).
-// The object's own second write (collect, then finalize) changes nothing.
+// The same object's write again (a finalization retried after its first write) changes nothing.
 func NeedsWrite(cur, next *actionsv1alpha1.ActionTombstoneSpec, writer types.UID) bool {
 	same := cur.Fingerprint == next.Fingerprint && cur.Phase == next.Phase && cur.UID == next.UID &&
 		cur.StatusCode == next.StatusCode && cur.CompletedAt.Equal(next.CompletedAt) &&

@@ -19,7 +19,7 @@ import (
 
 // Index answers "this key has no tombstone" without a read per action, and says when it cannot.
 //
-// A tombstone of key K is written while an object named K exists (collect, or its finalizer, DESIGN rules 7
+// A tombstone of key K is written while an object named K exists (by its finalizer, DESIGN rules 7
 // and 8), so before that object's deletion; a new object named K is created only after that deletion. So a
 // tombstone that the first reconcile of K must see was written before some deletion of an object named K that
 // happened before the new object's creation. Such a deletion happened either

@@ -69,7 +69,7 @@ func tombstone(t *testing.T, ns, name string) *actionsv1alpha1.ActionTombstone {
 }
 
 // checkTombstone asserts the tombstone carries the finished object's identity and outcome, and that it was
-// written no earlier than the object's expiry (collect writes it just before deleting the object).
+// written no earlier than the object's expiry (the finalizer writes it after collection deleted the object).
 func checkTombstone(t *testing.T, ts *actionsv1alpha1.ActionTombstone, xa *actionsv1alpha1.ExternalAction, collected bool) {
 	t.Helper()
 	if ts == nil {
