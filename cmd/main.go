@@ -153,7 +153,8 @@ func (f *managerFlags) options() app.Options {
 		ms.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return app.Options{
-		MetricsServer: &ms, ProbeAddr: f.probeAddr, PprofAddr: f.pprofAddr, LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leNamespace,
+		MetricsServer: &ms, ProbeAddr: f.probeAddr, PprofAddr: f.pprofAddr,
+		LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leNamespace,
 		ControllerNamespace: f.controllerNS, MaxConcurrentReconciles: f.concurrency, ClaimMargin: f.claimMargin,
 		MaxInFlight: f.maxInFlight, ShutdownGrace: f.shutdownGrace,
 		Egress:                    &f.egress,
