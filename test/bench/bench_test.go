@@ -809,7 +809,8 @@ func checkReport(t *testing.T, rep Report) {
 	t.Helper()
 	for _, h := range rep.HeadlineByDest {
 		for _, r := range h.Runs {
-			if r.ActionsPerSecond <= 0 || r.RawPerSecond <= 0 || r.Writes.StatusWrites < 1 || r.Writes.Creates < 1 {
+			if r.ActionsPerSecond <= 0 || r.RawPerSecond <= 0 || r.Writes.StatusWrites < 1 || r.Writes.Creates < 1 ||
+				(r.Destination == destSafe && r.Raw2PerSecond <= 0) {
 				t.Fatalf("the harness measured nothing (destination %s): %+v", h.Destination, r)
 			}
 		}
