@@ -27,7 +27,8 @@ const (
 	// Held (10 s) waits for an attempt, post-check or dead-letter delivery of this process that the dispatcher
 	// holds. Its completion wakes the object (the manager's dispatcher hands every completion to the
 	// controller, DESIGN rule 10), so this is only a safety net, not a poll: polling every InFlight made a
-	// claimed action cost one reconcile per 50 ms of destination latency (issue 35: 4 at 200 ms, 20 at 1 s).
+	// claimed action cost one reconcile per 50 ms of destination latency (issue 35: at a steady 20 actions/s,
+	// 7.2 reconciles per action at 200 ms and 23 at 1 s, against 4 with Held).
 	Held = 10 * time.Second
 
 	// Conflict (100 ms) follows a status write (the outputs settlement) or the finalizer's removal that lost a
