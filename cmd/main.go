@@ -57,21 +57,22 @@ func main() {
 
 // managerFlags are the manager's command-line flags.
 type managerFlags struct {
-	metricsAddr, probeAddr, leNamespace, controllerNS string
-	secureMetrics, leaderElect, enableHTTP2           bool
-	insecureSkipVerifyAllowed, requireServiceAccount  bool
-	defaultServiceAccount                             string
-	events                                            string
-	qps                                               float64
-	burst, concurrency                                int
-	claimMargin                                       time.Duration
-	maxInFlight                                       int
-	collectionRate                                    float64
-	shutdownGrace                                     time.Duration
-	tombstoneStore, tombstoneDSNFile                  string
-	watchSelector, leaderElectionID                   string
-	egress                                            egress.Config
-	zap                                               zap.Options
+	metricsAddr, probeAddr, pprofAddr, leNamespace   string
+	controllerNS                                     string
+	secureMetrics, leaderElect, enableHTTP2          bool
+	insecureSkipVerifyAllowed, requireServiceAccount bool
+	defaultServiceAccount                            string
+	events                                           string
+	qps                                              float64
+	burst, concurrency                               int
+	claimMargin                                      time.Duration
+	maxInFlight                                      int
+	collectionRate                                   float64
+	shutdownGrace                                    time.Duration
+	tombstoneStore, tombstoneDSNFile                 string
+	watchSelector, leaderElectionID                  string
+	egress                                           egress.Config
+	zap                                              zap.Options
 }
 
 // bindServing defines the flags of the manager's own endpoints, its API client and leader election.
@@ -79,6 +80,8 @@ func (f *managerFlags) bindServing(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to, "+
 		"e.g. :8443 (HTTPS) or :8080 (HTTP with --metrics-secure=false). 0 disables it.")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
+	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "The address Go's /debug/pprof endpoints bind to, over "+
+		"plain HTTP without authentication (for profiling, on a trusted address such as 127.0.0.1:6060). 0 disables it.")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "Enable leader election: only one manager sends at a time.")
 	fs.StringVar(&f.leNamespace, "leader-election-namespace", "",
 		"Namespace of the leader election Lease (default: the pod's namespace).")
@@ -154,7 +157,8 @@ func (f *managerFlags) options() app.Options {
 		ms.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return app.Options{
-		MetricsServer: &ms, ProbeAddr: f.probeAddr, LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leNamespace,
+		MetricsServer: &ms, ProbeAddr: f.probeAddr, PprofAddr: f.pprofAddr,
+		LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leNamespace,
 		ControllerNamespace: f.controllerNS, MaxConcurrentReconciles: f.concurrency, ClaimMargin: f.claimMargin,
 		MaxInFlight: f.maxInFlight, ShutdownGrace: f.shutdownGrace, CollectionRate: &f.collectionRate,
 		Egress:                    &f.egress,

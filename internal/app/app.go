@@ -53,6 +53,9 @@ type Options struct {
 	MetricsServer *metricsserver.Options
 	// ProbeAddr is the health probe bind address ("0" disables).
 	ProbeAddr string
+	// PprofAddr is the bind address of Go's /debug/pprof endpoints over plain HTTP, without authentication
+	// (flag --pprof-bind-address; "" or "0" disables, the default). For profiling on a trusted address only.
+	PprofAddr string
 	// LeaderElection enables leader election (default on in cmd/main.go).
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease; empty uses the in-cluster namespace.
@@ -261,6 +264,14 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	return mgr, nil
 }
 
+// pprofAddr is addr, with "" meaning "0" (controller-runtime's value that disables the endpoint).
+func pprofAddr(addr string) string {
+	if addr == "" {
+		return "0"
+	}
+	return addr
+}
+
 // shutdownGrace is o.ShutdownGrace or its default.
 func shutdownGrace(o Options) time.Duration {
 	if o.ShutdownGrace <= 0 {
@@ -289,6 +300,7 @@ func newManager(cfg *rest.Config, o Options, watchSelector labels.Selector, leID
 		GracefulShutdownTimeout:       &shutdownTimeout,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        probe,
+		PprofBindAddress:              pprofAddr(o.PprofAddr),
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              leID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,

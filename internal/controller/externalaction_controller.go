@@ -197,11 +197,13 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if p, ok := r.parts.mailbox.load(nn); ok {
 		return r.settle(ctx, xa, p)
 	}
-	// An attempt of this process is still in the dispatcher: its outcome is on its way (deliver stores it, then
-	// wakes this object). Nothing is decided, claimed or sent meanwhile, even past the claim's expiry.
+	// An attempt of this process is still in the dispatcher: its outcome is on its way (deliver stores it in the
+	// mailbox, then wakes this object; the mailbox is read above, so a wake that comes while this reconcile runs
+	// finds it on the next). Nothing is decided, claimed or sent meanwhile, even past the claim's expiry, and
+	// nothing polls: requeue.Held is a safety net.
 	if r.Dispatcher.Holds(nn) {
 		log.FromContext(ctx).V(1).Info("an attempt is in flight in the dispatcher; waiting for its outcome")
-		return ctrl.Result{RequeueAfter: requeue.InFlight}, nil
+		return ctrl.Result{RequeueAfter: requeue.Held}, nil
 	}
 	// The cache is behind the outcome of an unclaimed attempt this manager wrote: wait for it (its watch event
 	// wakes the object), since no claim would stop a second send.

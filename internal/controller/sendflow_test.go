@@ -20,6 +20,7 @@ import (
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
+	"github.com/actionledger/actionledger/internal/requeue"
 )
 
 // heldExecutor holds the first request until release is closed (or ctx ends), then answers 201; any later
@@ -110,10 +111,14 @@ func TestReconcileWaitsWhileTheDispatcherHoldsTheAttempt(t *testing.T) {
 	}
 	claim := get().Status.Claim.DeepCopy()
 
-	// The reconciles right after the claim, then more past its expiry (the controller's clock only).
+	// The reconciles right after the claim, then more past its expiry (the controller's clock only). None polls:
+	// the outcome wakes the object (d.outcomes below), so the requeue is only the requeue.Held safety net
+	// (issue 35: a 50 ms poll cost a claimed action one reconcile per 50 ms of destination latency).
 	for _, step := range []time.Duration{0, 0, time.Minute, time.Hour} {
 		clk.Step(step)
-		reconcile()
+		if res := reconcile(); res.RequeueAfter != requeue.Held {
+			t.Fatalf("a reconcile while the dispatcher holds the attempt returned %+v; want the safety net %s, not a poll", res, requeue.Held)
+		}
 		cur := get()
 		if cur.Status.Attempts != 1 || cur.Status.Claim == nil || *cur.Status.Claim != *claim || cur.Status.Phase.Terminal() {
 			t.Fatalf("while the dispatcher holds attempt 1 (clock +%s) the status moved: %+v", step, cur.Status)

@@ -78,21 +78,26 @@ func noteOnce(t *testing.T, msg string) {
 	}
 }
 
-// managerFlags detects, once per test binary, whether the manager has --max-in-flight (from its -help).
+// managerHelp is the manager binary's -help output, read once per test binary: the flags it has decide what the
+// bench passes, so that one harness measures older builds too.
 var (
-	flagsOnce       sync.Once
-	hasMaxInFlightF bool
+	helpOnce sync.Once
+	helpText string
 )
+
+func managerHas(bin, flag string) bool {
+	helpOnce.Do(func() {
+		out, _ := exec.CommandContext(context.Background(), bin, "-help").CombinedOutput() //nolint:gosec // our own build
+		helpText = string(out)
+	})
+	return strings.Contains(helpText, flag)
+}
 
 // managerInFlightArgs returns --max-in-flight=max(maxInFlight, 1024) when the manager binary has the flag,
 // so that the manager-wide limit never caps the destination's; nothing otherwise.
 func managerInFlightArgs(t *testing.T, bin string, maxInFlight int) []string {
 	t.Helper()
-	flagsOnce.Do(func() {
-		out, _ := exec.CommandContext(context.Background(), bin, "-help").CombinedOutput() //nolint:gosec // our own build
-		hasMaxInFlightF = strings.Contains(string(out), "-max-in-flight")
-	})
-	if !hasMaxInFlightF {
+	if !managerHas(bin, "-max-in-flight") {
 		return nil
 	}
 	return []string{fmt.Sprintf("--max-in-flight=%d", max(maxInFlight, managerGlobalInFlight))}
@@ -121,6 +126,14 @@ type LatencyRow struct {
 	ConflictsPerAction float64 `json:"conflictsPerAction"`
 	// ManagerCPUms is the manager process's utime+stime (/proc/<pid>/stat) per action, in milliseconds.
 	ManagerCPUms float64 `json:"managerCpuMsPerAction"`
+	// APIServerCPUms is the kube-apiserver's CPU per action, RawAPIServerCPUms its CPU per object of the 3-write
+	// bare client, in milliseconds (issue 35: the steadier figures on a shared machine).
+	APIServerCPUms    float64 `json:"apiserverCpuMsPerAction"`
+	RawAPIServerCPUms float64 `json:"rawApiserverCpuMsPerObject"`
+	// Raw2PerS is the 2-write bare client's rate (create + outcome; safe kind only, else 0) and Ratio2 actions/s
+	// over min(it, maxInFlight / latency).
+	Raw2PerS float64 `json:"rawClaimlessObjectsPerSecond,omitempty"`
+	Ratio2   float64 `json:"ratioToClaimlessBound,omitempty"`
 }
 
 // bound is min(raw objects/s, maxInFlight / latency); a latency of 0 leaves raw.
@@ -137,26 +150,34 @@ func latencyRow(latencyMs, maxInFlight int, kind string, rs []Run) LatencyRow {
 	if len(rs) == 0 {
 		return LatencyRow{Destination: kind, DestLatencyMs: latencyMs, MaxInFlight: maxInFlight}
 	}
-	var tput, raw, bnd, ratio, p50, p99, c409, cpu []float64
+	lat := time.Duration(latencyMs) * time.Millisecond
+	var tput, raw, bnd, ratio, ratio2, p50, p99, c409, cpu, api, rawAPI []float64
 	for _, r := range rs {
-		b := bound(r.RawPerSecond, maxInFlight, time.Duration(latencyMs)*time.Millisecond)
+		b := bound(r.RawPerSecond, maxInFlight, lat)
 		tput, raw, bnd = append(tput, r.ActionsPerSecond), append(raw, r.RawPerSecond), append(bnd, b)
 		if b > 0 {
 			ratio = append(ratio, r.ActionsPerSecond/b)
 		}
+		if r.Raw2PerSecond > 0 {
+			ratio2 = append(ratio2, r.ActionsPerSecond/bound(r.Raw2PerSecond, maxInFlight, lat))
+		}
 		p50, p99 = append(p50, r.LatencyMs["p50"]), append(p99, r.LatencyMs["p99"])
 		c409, cpu = append(c409, r.Writes.ConflictsAll), append(cpu, r.CPUms.Manager)
+		api, rawAPI = append(api, r.CPUms.APIServer), append(rawAPI, r.RawCPUms.APIServer)
 	}
 	return LatencyRow{Destination: kind, IdempotencyClaim: rs[0].IdempotencyClaim, DestLatencyMs: latencyMs, Actions: rs[0].Actions, Reconciles: rs[0].Reconciles, MaxInFlight: maxInFlight,
 		Applied: rs[0].MaxInFlight > 0, Runs: len(rs), ActionsPerS: median(tput), RawPerS: median(raw), BoundPerS: median(bnd),
-		Ratio: median(ratio), P50Ms: median(p50), P99Ms: median(p99), ConflictsPerAction: median(c409), ManagerCPUms: median(cpu)}
+		Ratio: median(ratio), P50Ms: median(p50), P99Ms: median(p99), ConflictsPerAction: median(c409), ManagerCPUms: median(cpu),
+		APIServerCPUms: median(api), RawAPIServerCPUms: median(rawAPI),
+		Raw2PerS: medianOf(rs, func(r Run) float64 { return r.Raw2PerSecond }), Ratio2: median(ratio2)}
 }
 
 // latencyTable renders rows as a markdown table for docs/benchmarks.md.
 func latencyTable(rows []LatencyRow) string {
 	var b strings.Builder
-	b.WriteString("| destination | destination latency | actions | reconciles | maxInFlight | runs | actions/s | raw obj/s | bound/s | ratio to bound | p50 ms | p99 ms | 409s per action | manager CPU ms per action |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| destination | destination latency | actions | reconciles | maxInFlight | runs | actions/s | raw obj/s | bound/s | ratio to bound | " +
+		"2-write raw obj/s | ratio to 2-write bound | p50 ms | p99 ms | 409s per action | manager CPU ms per action | API server CPU ms per action (raw per object) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		lat := "0"
 		if r.DestLatencyMs > 0 {
@@ -166,9 +187,13 @@ func latencyTable(rows []LatencyRow) string {
 		if !r.Applied {
 			mif += " (not applied)"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %.1f | %.1f | %.1f | %.2f | %.0f | %.0f | %.3f | %.2f |\n",
-			destLabel(r.Destination, r.IdempotencyClaim), lat, r.Actions, r.Reconciles, mif, r.Runs, r.ActionsPerS, r.RawPerS, r.BoundPerS, r.Ratio, r.P50Ms, r.P99Ms,
-			r.ConflictsPerAction, r.ManagerCPUms)
+		raw2, ratio2 := "", ""
+		if r.Raw2PerS > 0 {
+			raw2, ratio2 = fmt.Sprintf("%.1f", r.Raw2PerS), fmt.Sprintf("%.2f", r.Ratio2)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %.1f | %.1f | %.1f | %.2f | %s | %s | %.0f | %.0f | %.3f | %.2f | %.2f (%.2f) |\n",
+			destLabel(r.Destination, r.IdempotencyClaim), lat, r.Actions, r.Reconciles, mif, r.Runs, r.ActionsPerS, r.RawPerS, r.BoundPerS, r.Ratio,
+			raw2, ratio2, r.P50Ms, r.P99Ms, r.ConflictsPerAction, r.ManagerCPUms, r.APIServerCPUms, r.RawAPIServerCPUms)
 	}
 	return b.String()
 }
@@ -200,18 +225,27 @@ func TestDestLatencyKnobs(t *testing.T) {
 
 	runs := []Run{
 		{Actions: 10, Reconciles: 16, MaxInFlight: 16, ActionsPerSecond: 40, RawPerSecond: 150,
-			LatencyMs: map[string]float64{"p50": 210, "p99": 400}, Writes: Writes{ConflictsAll: 0.5}, CPUms: CPU{Manager: 3}},
+			LatencyMs: map[string]float64{"p50": 210, "p99": 400}, Writes: Writes{ConflictsAll: 0.5}, CPUms: CPU{Manager: 3, APIServer: 10},
+			RawCPUms: CPU{APIServer: 8}},
 		{Actions: 10, Reconciles: 16, MaxInFlight: 16, ActionsPerSecond: 60, RawPerSecond: 150,
-			LatencyMs: map[string]float64{"p50": 230, "p99": 600}, Writes: Writes{ConflictsAll: 0.1}, CPUms: CPU{Manager: 5}},
+			LatencyMs: map[string]float64{"p50": 230, "p99": 600}, Writes: Writes{ConflictsAll: 0.1}, CPUms: CPU{Manager: 5, APIServer: 12},
+			RawCPUms: CPU{APIServer: 9}},
 	}
 	r := latencyRow(200, 16, destUnsafe, runs)
 	if r.Runs != 2 || r.ActionsPerS != 50 || r.BoundPerS != 80 || r.Ratio != 0.625 || r.P99Ms != 500 ||
-		r.ConflictsPerAction != 0.3 || r.ManagerCPUms != 4 || !r.Applied {
+		r.ConflictsPerAction != 0.3 || r.ManagerCPUms != 4 || r.APIServerCPUms != 11 || r.RawAPIServerCPUms != 8.5 || !r.Applied ||
+		r.Raw2PerS != 0 || r.Ratio2 != 0 {
 		t.Fatalf("latencyRow = %+v", r)
+	}
+	// The safe kind's 2-write bare client: its own bound, min(raw2, maxInFlight / latency).
+	safe := []Run{{Actions: 10, ActionsPerSecond: 40, RawPerSecond: 150, Raw2PerSecond: 200}, {Actions: 10, ActionsPerSecond: 90, RawPerSecond: 150, Raw2PerSecond: 100}}
+	if r2 := latencyRow(0, 256, destSafe, safe); r2.Raw2PerS != 150 || r2.Ratio2 != 0.55 ||
+		!strings.Contains(latencyTable([]LatencyRow{r2}), "| 150.0 | 0.55 |") {
+		t.Errorf("2-write columns: %+v\n%s", r2, latencyTable([]LatencyRow{r2}))
 	}
 	table := latencyTable([]LatencyRow{r, latencyRow(0, 256, destSafe, runs[:1])})
 	for _, want := range []string{
-		"| destination | destination latency |", "| unsafe | 200ms | 10 | 16 | 16 | 2 | 50.0 | 150.0 | 80.0 | 0.62 | 220 | 500 | 0.300 | 4.00 |",
+		"| destination | destination latency |", "| unsafe | 200ms | 10 | 16 | 16 | 2 | 50.0 | 150.0 | 80.0 | 0.62 |  |  | 220 | 500 | 0.300 | 4.00 | 11.00 (8.50) |",
 		"| safe (no claim field) | 0 | 10 | 16 | 256 | 1 | 40.0 | 150.0 | 150.0 | 0.27 |",
 	} {
 		if !strings.Contains(table, want) {

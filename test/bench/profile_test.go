@@ -3,11 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,10 +19,11 @@ import (
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
 
-// profiler is the optional profiling of a throughput run (BENCH_PROFILE_DIR): a CPU profile of the
-// kube-apiserver (its /debug/pprof/profile, served because kube-apiserver's --profiling defaults to true)
-// over BENCH_PROFILE_SECONDS (default 10) from a delay of BENCH_PROFILE_DELAY seconds (default 0) after the
-// first create, and the API server's apiserver_request_total for every verb, before and after the run.
+// profiler is the optional profiling of a throughput run (BENCH_PROFILE_DIR): CPU profiles of the
+// kube-apiserver (its /debug/pprof/profile, served because kube-apiserver's --profiling defaults to true) and of
+// the manager (its --pprof-bind-address, when the binary has the flag) over the same BENCH_PROFILE_SECONDS
+// (default 10) from a delay of BENCH_PROFILE_DELAY seconds (default 0) after the first create, and the API
+// server's apiserver_request_total for every verb, before and after the run.
 type profiler struct {
 	dir    string
 	name   string
@@ -27,7 +31,21 @@ type profiler struct {
 	done   chan struct{}
 }
 
-func startProfile(t *testing.T, e *envtestutil.Env, n int) *profiler {
+// managerPprofArgs returns the flag that serves the manager's /debug/pprof on a free loopback port, and the
+// endpoint's base URL, when BENCH_PROFILE_DIR is set and the manager binary has --pprof-bind-address; nothing
+// otherwise.
+func managerPprofArgs(t *testing.T, bin string) (args []string, url string) {
+	t.Helper()
+	if os.Getenv("BENCH_PROFILE_DIR") == "" || !managerHas(bin, "-pprof-bind-address") {
+		return nil, ""
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	return []string{"--pprof-bind-address=" + addr}, "http://" + addr
+}
+
+// startProfile starts the profiles of a run of n actions; managerPprof is the manager's pprof base URL ("": no
+// manager profile).
+func startProfile(t *testing.T, e *envtestutil.Env, n int, managerPprof string) *profiler {
 	t.Helper()
 	dir := os.Getenv("BENCH_PROFILE_DIR")
 	if dir == "" {
@@ -43,8 +61,8 @@ func startProfile(t *testing.T, e *envtestutil.Env, n int) *profiler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		defer close(p.done)
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		time.Sleep(delay)
 		body, err := cs.RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(secs)).
 			DoRaw(context.Background())
@@ -53,8 +71,44 @@ func startProfile(t *testing.T, e *envtestutil.Env, n int) *profiler {
 			return
 		}
 		_ = os.WriteFile(filepath.Join(dir, "apiserver-"+p.name+".pprof"), body, 0o600) //nolint:gosec // BENCH_PROFILE_DIR is the user's own choice
-	}()
+	})
+	if managerPprof != "" {
+		wg.Go(func() {
+			time.Sleep(delay)
+			if err := fetchTo(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", managerPprof, secs),
+				filepath.Join(dir, "manager-"+p.name+".pprof"), time.Duration(secs+60)*time.Second); err != nil {
+				t.Logf("manager profile: %v", err)
+			}
+		})
+	}
+	go func() { wg.Wait(); close(p.done) }()
 	return p
+}
+
+// fetchTo writes the body of a GET of url to path.
+func fetchTo(url, path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("request %s: %w", url, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("get %s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", url, err)
+	}
+	if err := os.WriteFile(path, body, 0o600); err != nil { //nolint:gosec // BENCH_PROFILE_DIR is the user's own choice
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
 }
 
 // finish waits for the profile and writes the request counts of the run, by resource|verb|subresource|code.
