@@ -34,8 +34,9 @@ func (r *ExternalActionReconciler) settle(ctx context.Context, xa *actionsv1alph
 	return r.record(ctx, xa, p)
 }
 
-// record writes the outcome of attempt p.Attempt (DESIGN rule 2) with the status writer's Settle. It never
-// sends. The outcome stays in the mailbox until it is written, or the API server shows the attempt settled
+// record writes the outcome of attempt p.Attempt (DESIGN rule 2) with the status writer's SettleClaimed: over
+// cur, or, when cur does not show the claim yet, over the copy the claim write returned (p.Claimed), and only
+// after a Conflict there over a fresh read. It never sends. The outcome stays in the mailbox until it is written, or the API server shows the attempt settled
 // elsewhere or the object gone; after the backoff's last step the error is returned and the workqueue retries.
 // An outcome the API server refuses even without the destination's values is dropped with a Warning Event
 // rather than retried forever. An object being deleted is finalized with the outcome in memory when it cannot
@@ -47,7 +48,7 @@ func (r *ExternalActionReconciler) record(ctx context.Context, cur *actionsv1alp
 	attempt, outcome := p.Attempt, p.Outcome
 	ctx, span := tracing.StartFrom(ctx, p.Span, "record", attempt) // a child of the attempt span (tracing.go)
 	defer span.End()
-	s := r.parts.writer.Settle(ctx, cur, func(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
+	s := r.parts.writer.SettleClaimed(ctx, cur, p.Claimed, func(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
 		if p.Unclaimed != nil {
 			return ledger.RecordUnclaimed(st, p.Unclaimed, outcome, p.Env)
 		}

@@ -60,6 +60,8 @@ type request struct {
 	env      ledger.Env
 	// unclaimed is the status of an attempt sent without a claim, kept with each of its results.
 	unclaimed *actionsv1alpha1.ExternalActionStatus
+	// claimed is the action as its claim write returned it (Job only), kept with each of its results.
+	claimed *actionsv1alpha1.ExternalAction
 }
 
 // Job is the dispatcher job of the claimed attempt of claimed: Run sends once to target (the checked
@@ -68,7 +70,9 @@ type request struct {
 // the claim margin: the attempt ends that long before its claim expires, to record it.
 func (s *Sender) Job(claimed *actionsv1alpha1.ExternalAction, dest *destination.Resolved, target string, body []byte,
 	env ledger.Env, margin time.Duration) dispatch.Job[*Result] {
-	return s.job(s.attempt(claimed, dest, target, body, env, margin))
+	r := s.attempt(claimed, dest, target, body, env, margin)
+	r.claimed = claimed
+	return s.job(r)
 }
 
 // UnclaimedJob is Job for an attempt sent without a claim (ledger.Step.Unclaimed): sent is the action with the
@@ -240,7 +244,7 @@ func (r request) outcome(o ledger.Outcome) *Result {
 	env := r.env
 	env.Now = o.FinishedAt
 	p := &Result{Attempt: r.attempt, Outcome: o, Env: env, ClaimedAt: r.env.Now, PauseCap: r.dest.DeadlineDur,
-		DeadLetter: r.kind == kindDeadLetter}
+		DeadLetter: r.kind == kindDeadLetter, Claimed: r.claimed}
 	if r.unclaimed != nil {
 		p.Unclaimed = r.unclaimed.DeepCopy()
 	}

@@ -65,6 +65,10 @@ type Result struct {
 	// without a claim (ledger.Step.Unclaimed): its outcome is recorded with ledger.RecordUnclaimed. nil for a
 	// claimed attempt.
 	Unclaimed *actionsv1alpha1.ExternalActionStatus
+	// Claimed is the action as the write of this attempt's claim returned it (Sender.Job), for recording the
+	// outcome over it when the cache does not show the claim yet (status.Writer.SettleClaimed); never changed.
+	// nil for every other kind of result.
+	Claimed *actionsv1alpha1.ExternalAction
 	// Abandoned: the send was cut because the shutdown grace ended (not by its own deadline). Its outcome is
 	// not recorded: the claim is left open and follows DESIGN rule 3 after a restart.
 	Abandoned bool

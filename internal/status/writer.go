@@ -145,7 +145,7 @@ type Settled struct {
 	// Written is the object as written (nil when nothing was), and Step what was written.
 	Written *actionsv1alpha1.ExternalAction
 	Step    ledger.Step
-	// From is the copy the last decision was made on (the cached one, or a fresh read).
+	// From is the copy the last decision was made on (the cached one, the claim's (SettleClaimed), or a fresh read).
 	From *actionsv1alpha1.ExternalAction
 	// Closed: a fresh copy from the API server (From) has nothing to settle (Decide said false): settled elsewhere.
 	Closed bool
@@ -166,11 +166,24 @@ type Settled struct {
 // copy at hand has nothing to settle (the cache may lag behind the claim), and retrying other errors with
 // Backoff. It never sends. On success the step's Event, logs and metrics follow (afterWrite).
 func (w *Writer) Settle(ctx context.Context, cur *actionsv1alpha1.ExternalAction, decide Decide) Settled {
+	return w.SettleClaimed(ctx, cur, nil, decide)
+}
+
+// SettleClaimed is Settle for an attempt whose claim this process wrote: claimed is the object as that claim
+// write returned it (Claim), or nil. When cur has nothing to settle (the cache does not show the claim yet),
+// Settle decides once on a copy of claimed before reading from the API server, and writes with claimed's
+// resourceVersion: a Conflict means the object changed since the claim, and the fresh read decides as in
+// Settle. claimed is never taken for a fresh copy (nothing to settle on it is not Closed) and is not changed.
+func (w *Writer) SettleClaimed(ctx context.Context, cur, claimed *actionsv1alpha1.ExternalAction, decide Decide) Settled {
 	backoff := Backoff
 	fresh := false
 	var err error
 	for try := 0; ; try++ {
 		step, ok := decide(&cur.Status)
+		if !ok && !fresh && claimed != nil {
+			cur, claimed = claimed.DeepCopy(), nil // once: the claim's own copy, before a read
+			step, ok = decide(&cur.Status)
+		}
 		if !ok && fresh {
 			return Settled{Closed: true, From: cur}
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -157,5 +158,121 @@ func TestApplyEqualStatusWritesNothing(t *testing.T) {
 	case e := <-rec.Events:
 		t.Errorf("an equal status emitted %q", e)
 	default:
+	}
+}
+
+// countingReader counts the Gets that reach the API server (Writer.Reader).
+type countingReader struct {
+	client.Reader
+	gets int
+}
+
+func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.gets++
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// claimedAction writes attempt 1's claim over the stored action and returns the copy as read before the claim
+// (what a lagging cache shows), the copy the claim write returned, and the Reader's Get counter.
+func claimedAction(t *testing.T) (w *Writer, c client.Client, before, claimed *actionsv1alpha1.ExternalAction, reads *countingReader) {
+	t.Helper()
+	w, c, _ = newWriter(t, action())
+	reads = &countingReader{Reader: w.Reader}
+	w.Reader = reads
+	before, _ = currentAndStale(t, c)
+	now := metav1.NewTime(time.Now())
+	st := &actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseInProgress, Attempts: 1,
+		Claim: &actionsv1alpha1.AttemptClaim{Attempt: 1, Holder: "h", StartedAt: now, ExpiresAt: metav1.NewTime(now.Add(time.Minute))}}
+	claimed, err := w.Claim(context.Background(), before, ledger.Step{Kind: ledger.KindSend, Status: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, c, before, claimed, reads
+}
+
+// recordAttempt1 settles attempt 1 as Succeeded when its claim is open, keeping the rest of the status (so a
+// write over a copy shows which copy it was decided on); nothing to settle otherwise.
+func recordAttempt1(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
+	if st.Claim == nil || st.Claim.Attempt != 1 {
+		return ledger.Step{}, false
+	}
+	next := st.DeepCopy()
+	next.Phase, next.Claim = actionsv1alpha1.PhaseSucceeded, nil
+	return ledger.Step{Kind: ledger.KindNone, Status: next}, true
+}
+
+func stored(t *testing.T, c client.Client) *actionsv1alpha1.ExternalAction {
+	t.Helper()
+	xa := &actionsv1alpha1.ExternalAction{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(action()), xa); err != nil {
+		t.Fatal(err)
+	}
+	return xa
+}
+
+// An outcome whose claim the cached copy does not show yet is written over the copy the claim write returned:
+// no read from the API server when nothing changed since the claim, and that copy is left as it was.
+func TestSettleClaimedWritesOverTheClaimWithoutARead(t *testing.T) {
+	w, c, before, claimed, reads := claimedAction(t)
+	kept := claimed.DeepCopy()
+	s := w.SettleClaimed(context.Background(), before, claimed, recordAttempt1)
+	if s.Written == nil || s.Written.Status.Phase != actionsv1alpha1.PhaseSucceeded {
+		t.Fatalf("SettleClaimed = %+v; want the outcome written", s)
+	}
+	if reads.gets != 0 {
+		t.Errorf("%d reads from the API server; want 0 (the claim's copy was current)", reads.gets)
+	}
+	if got := stored(t, c); got.Status.Phase != actionsv1alpha1.PhaseSucceeded || got.ResourceVersion != s.Written.ResourceVersion {
+		t.Errorf("stored phase %s at %s; want Succeeded at %s", got.Status.Phase, got.ResourceVersion, s.Written.ResourceVersion)
+	}
+	if !equality.Semantic.DeepEqual(claimed, kept) {
+		t.Error("SettleClaimed changed the claim's copy")
+	}
+}
+
+// When the object changed after the claim, the write over the claim's copy is a Conflict: the outcome is then
+// decided again on a fresh read and written over it (the change kept).
+func TestSettleClaimedConflictReadsAndWritesOverTheNewer(t *testing.T) {
+	w, c, before, claimed, reads := claimedAction(t)
+	moved := claimed.DeepCopy()
+	moved.Status.LastError = "changed after the claim"
+	if err := c.Status().Update(context.Background(), moved); err != nil {
+		t.Fatal(err)
+	}
+	s := w.SettleClaimed(context.Background(), before, claimed, recordAttempt1)
+	if s.Written == nil || reads.gets != 1 {
+		t.Fatalf("SettleClaimed = %+v after %d reads; want the outcome written after one read", s, reads.gets)
+	}
+	got := stored(t, c)
+	if got.Status.Phase != actionsv1alpha1.PhaseSucceeded || got.Status.LastError != "changed after the claim" {
+		t.Errorf("stored phase %s, lastError %q; want Succeeded decided on the newer copy", got.Status.Phase, got.Status.LastError)
+	}
+}
+
+// Nothing to settle on the claim's copy is not Closed: only a fresh read may say the attempt was settled
+// elsewhere; and an attempt closed after the claim (a Conflict, then nothing to settle on the fresh read) is
+// Closed without a write.
+func TestSettleClaimedClosesOnlyOnAFreshRead(t *testing.T) {
+	w, c, before, claimed, reads := claimedAction(t)
+	decisions := 0
+	s := w.SettleClaimed(context.Background(), before, claimed, func(*actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {
+		decisions++
+		return ledger.Step{}, false
+	})
+	if !s.Closed || reads.gets != 1 || decisions != 3 {
+		t.Fatalf("SettleClaimed = %+v after %d reads and %d decisions; want Closed on the fresh read", s, reads.gets, decisions)
+	}
+	closed := stored(t, c)
+	closed.Status.Claim, closed.Status.Phase = nil, actionsv1alpha1.PhaseOutcomeUnknown
+	if err := c.Status().Update(context.Background(), closed); err != nil {
+		t.Fatal(err)
+	}
+	reads.gets = 0
+	s = w.SettleClaimed(context.Background(), before, claimed, recordAttempt1)
+	if !s.Closed || s.Written != nil || reads.gets != 1 {
+		t.Fatalf("SettleClaimed = %+v after %d reads; want Closed after one read", s, reads.gets)
+	}
+	if got := stored(t, c); got.Status.Phase != actionsv1alpha1.PhaseOutcomeUnknown {
+		t.Errorf("stored phase %s; want the resolution made elsewhere kept", got.Status.Phase)
 	}
 }
