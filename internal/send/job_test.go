@@ -2,6 +2,7 @@ package send_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -128,8 +129,10 @@ func TestEveryKindOfJobLeavesThroughOneSeam(t *testing.T) {
 		job                      func(s *send.Sender, xa *actionsv1alpha1.ExternalAction, dest *destination.Resolved) dispatch.Job[*send.Result]
 		method, path, key, ctype string
 		refused, accepted        func(p *send.Result) bool
+		// claimed: the results carry the claim write's copy (Result.Claimed), for recording over it.
+		claimed bool
 	}{
-		{name: "attempt", method: http.MethodPut, path: "/orders", key: "ns/pay-1", ctype: "application/json",
+		{name: "attempt", claimed: true, method: http.MethodPut, path: "/orders", key: "ns/pay-1", ctype: "application/json",
 			job: func(s *send.Sender, xa *actionsv1alpha1.ExternalAction, dest *destination.Resolved) dispatch.Job[*send.Result] {
 				return s.Job(xa, dest, dest.Spec.URL+"/orders", []byte(`{"n":1}`), env, time.Second)
 			},
@@ -140,6 +143,14 @@ func TestEveryKindOfJobLeavesThroughOneSeam(t *testing.T) {
 				return p.Outcome.Class == retry.ClassSuccess && p.Outcome.Response != nil &&
 					p.Outcome.Response.Body == `{"seen":"[REDACTED]"}`
 			}},
+		{name: "unclaimed attempt", method: http.MethodPut, path: "/orders", key: "ns/pay-1", ctype: "application/json",
+			job: func(s *send.Sender, xa *actionsv1alpha1.ExternalAction, dest *destination.Resolved) dispatch.Job[*send.Result] {
+				return s.UnclaimedJob(xa, dest, dest.Spec.URL+"/orders", []byte(`{"n":1}`), env, time.Second)
+			},
+			refused: func(p *send.Result) bool {
+				return p.Outcome.Class == retry.ClassRetryable && p.Outcome.StatusCode == 401 && p.Unclaimed != nil
+			},
+			accepted: func(p *send.Result) bool { return p.Outcome.Class == retry.ClassSuccess && p.Unclaimed != nil }},
 		{name: "post-check", method: http.MethodGet, path: "/orders/pay-1", key: "ns/pay-1",
 			job: func(s *send.Sender, xa *actionsv1alpha1.ExternalAction, dest *destination.Resolved) dispatch.Job[*send.Result] {
 				target, err := send.CheckTarget(xa, dest)
@@ -176,8 +187,13 @@ func TestEveryKindOfJobLeavesThroughOneSeam(t *testing.T) {
 			if p := c.job(s, xa, dest).Run(ctx); !c.refused(p) {
 				t.Errorf("first request (token refused): %+v %+v", p.Outcome, p.Check)
 			}
-			if p := c.job(s, xa, dest).Run(ctx); !c.accepted(p) {
+			p := c.job(s, xa, dest).Run(ctx)
+			if !c.accepted(p) {
 				t.Errorf("second request (new token): %+v %+v", p.Outcome, p.Check)
+			}
+			if q := c.job(s, xa, dest).NotRun(errors.New("stopping")); (p.Claimed == xa) != c.claimed || (q.Claimed == xa) != c.claimed ||
+				(!c.claimed && (p.Claimed != nil || q.Claimed != nil)) {
+				t.Errorf("Result.Claimed %p (run), %p (not run); want the claimed copy %p: %v", p.Claimed, q.Claimed, xa, c.claimed)
 			}
 			got, issued := srv.requests()
 			if issued != 2 || len(got) != 2 || got[0].auth != "Bearer tok-1-9f3a2c" || got[1].auth != "Bearer tok-2-9f3a2c" {
