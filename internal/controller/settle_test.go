@@ -1,0 +1,50 @@
+//go:build !unit
+
+package controller_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/test/destination"
+	"github.com/actionledger/actionledger/test/envtestutil"
+)
+
+// The outcomes of claimed attempts against a destination that answers at once are recorded without a read of
+// the action from the API server (no GET of externalactions over the whole send path), whether the outcome is
+// recorded in the reconcile that claimed or, through the mailbox, by a later one whose cached copy may not show
+// the claim yet (it is written over the copy the claim write returned); each is recorded with one claim write
+// and one outcome write.
+func TestSendRecordsOutcomesWithoutReadingTheAction(t *testing.T) {
+	ns := env.Namespace(t)
+	_, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.CreateDestination(t, ns, "billing", url, nil)
+	env.StartManager(t, app.Options{})
+	const n = 20
+	before := env.RequestCount(t, "externalactions", "GET", "")
+	beforePuts := env.RequestCount(t, "externalactions", "PUT", "status")
+	for i := range n {
+		env.Create(t, envtestutil.Action(ns, fmt.Sprintf("invoice-%d", i), "billing", "/invoices", `{"amount":1}`))
+	}
+	envtestutil.Eventually(t, 60*time.Second, envtestutil.Say(fmt.Sprintf("%d actions Succeeded", n)), func() bool {
+		done := 0
+		for _, xa := range listActions(t, ns) {
+			if xa.Status.Phase == actionsv1alpha1.PhaseSucceeded && xa.Status.Attempts == 1 {
+				done++
+			}
+		}
+		return done == n
+	})
+	gets := env.RequestCount(t, "externalactions", "GET", "") - before
+	puts := env.RequestCount(t, "externalactions", "PUT", "status") - beforePuts
+	t.Logf("%v GETs and %v status writes of ExternalActions for %d actions", gets, puts, n)
+	if gets != 0 {
+		t.Errorf("%v GETs of ExternalActions for %d actions (%.2f per action), want 0", gets, n, gets/n)
+	}
+	if puts != 2*n {
+		t.Errorf("%v status writes for %d actions, want %d (a claim and an outcome each)", puts, n, 2*n)
+	}
+}
