@@ -230,10 +230,10 @@ func testPriorityAndFairness(t *testing.T, p *product) {
 	p.waitDestinationReady(t, ns, "fast")
 	tokens := p.floodAccounts(t)
 
-	idle := p.latencies(t, ns, "idle-")
+	idle, _ := p.latencies(t, ns, "idle-", false)
 	dispatchedBefore := p.flowSchemaDispatched(t, fsName)
 	fl := p.startFlood(t, tokens)
-	with := p.latencies(t, ns, "with-")
+	with, _ := p.latencies(t, ns, "with-", false)
 	withFlood := fl.halt()
 	dispatched := p.flowSchemaDispatched(t, fsName) - dispatchedBefore
 
@@ -243,14 +243,17 @@ func testPriorityAndFairness(t *testing.T, p *product) {
 		t.Fatalf("the FlowSchema is still there after helm upgrade --set priorityAndFairness.enabled=false: %v", err)
 	}
 	fl = p.startFlood(t, tokens)
-	without := p.latencies(t, ns, "without-")
+	// Without the FlowSchema the manager's writes queue behind the flood: an attempt whose outcome could not be
+	// written before its claim expired ends OutcomeUnknown (the destination does not deduplicate), which is what the
+	// FlowSchema exists to prevent. It is reported, not a failure of this step.
+	without, unsettled := p.latencies(t, ns, "without-", true)
 	withoutFlood := fl.halt()
 	p.helm(t, "upgrade", releaseName, filepath.Join(p.bin, "..", "dist", "chart"), "--namespace", releaseNamespace,
 		"--reuse-values", "--set", "priorityAndFairness.enabled=true", "--wait", "--timeout", "3m")
 
-	t.Logf("cluster: apf: create->Succeeded of %d actions: idle p50=%.2fs p99=%.2fs; flood with the chart's FlowSchema p50=%.2fs p99=%.2fs (%s); flood without it p50=%.2fs p99=%.2fs (%s); manager requests dispatched through the FlowSchema during the flood: %.0f",
+	t.Logf("cluster: apf: create->Succeeded of %d actions: idle p50=%.2fs p99=%.2fs; flood with the chart's FlowSchema p50=%.2fs p99=%.2fs (%s); flood without it p50=%.2fs p99=%.2fs of %d Succeeded, other ends %v (%s); manager requests dispatched through the FlowSchema during the flood: %.0f",
 		apfActions, quantile(idle, 0.5), quantile(idle, 0.99), quantile(with, 0.5), quantile(with, 0.99), withFlood,
-		quantile(without, 0.5), quantile(without, 0.99), withoutFlood, dispatched)
+		quantile(without, 0.5), quantile(without, 0.99), len(without), unsettled, withoutFlood, dispatched)
 	if dispatched <= 0 {
 		t.Errorf("no request of the manager went through the chart's FlowSchema %s during the flood", fsName)
 	}
@@ -339,9 +342,10 @@ func (f *flood) halt() string {
 		floodAccounts*floodPerAccount, floodAccounts, float64(f.created.Load())/secs, f.failed.Load())
 }
 
-// latencies creates apfActions actions 4 a second (as the admin, exempt from APF) and returns, for each, the time
-// from its create call to the watch event that shows it Succeeded.
-func (p *product) latencies(t *testing.T, ns, prefix string) []time.Duration {
+// latencies creates apfActions actions 4 a second (as the admin, exempt from APF) and returns, for each that
+// Succeeded, the time from its create call to the watch event that shows it so. An action that ends otherwise
+// fails the test, unless tolerate: then it is counted by phase in others.
+func (p *product) latencies(t *testing.T, ns, prefix string, tolerate bool) (out []time.Duration, others map[string]int) {
 	t.Helper()
 	wc, err := client.NewWithWatch(p.c.Config, client.Options{Scheme: scheme.Scheme})
 	if err != nil {
@@ -369,10 +373,12 @@ func (p *product) latencies(t *testing.T, ns, prefix string) []time.Duration {
 		}
 	}()
 	done := map[string]time.Duration{}
-	for len(done) < apfActions {
+	others = map[string]int{}
+	ended := map[string]bool{}
+	for len(ended) < apfActions {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("%s: %d of %d actions Succeeded within 4 minutes", prefix, len(done), apfActions)
+			t.Fatalf("%s: %d of %d actions ended within 4 minutes (%d Succeeded)", prefix, len(ended), apfActions, len(done))
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				t.Fatalf("the watch of %s ended", ns)
@@ -381,21 +387,27 @@ func (p *product) latencies(t *testing.T, ns, prefix string) []time.Duration {
 			if !isXA || ev.Type == watch.Deleted || !strings.HasPrefix(xa.Name, prefix) {
 				continue
 			}
-			if _, seen := done[xa.Name]; !seen && xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
+			switch {
+			case ended[xa.Name] || !finished(xa.Status.Phase):
+			case xa.Status.Phase == actionsv1alpha1.PhaseSucceeded:
 				mu.Lock()
 				done[xa.Name] = time.Since(sent[xa.Name])
 				mu.Unlock()
-			} else if finished(xa.Status.Phase) && xa.Status.Phase != actionsv1alpha1.PhaseSucceeded {
+				ended[xa.Name] = true
+			case tolerate:
+				others[string(xa.Status.Phase)]++
+				ended[xa.Name] = true
+			default:
 				t.Fatalf("%s/%s ended %s", ns, xa.Name, xa.Status.Phase)
 			}
 		}
 	}
-	out := make([]time.Duration, 0, len(done))
+	out = make([]time.Duration, 0, len(done))
 	for _, d := range done {
 		out = append(out, d)
 	}
 	slices.Sort(out)
-	return out
+	return out, others
 }
 
 // quantile returns the q-quantile of sorted durations in seconds (nearest rank).
