@@ -212,14 +212,7 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{RequeueAfter: requeue.InFlight}, nil
 	}
 	if !xa.DeletionTimestamp.IsZero() {
-		if finishedDeletion(xa) {
-			release, res, ok := r.parts.collector.turn(nn, armed)
-			if !ok {
-				return res, nil
-			}
-			defer release()
-		}
-		return r.finalize(ctx, xa)
+		return r.finalizeInTurn(ctx, xa, armed)
 	}
 	if !controllerutil.ContainsFinalizer(xa, actionsv1alpha1.Finalizer) {
 		controllerutil.AddFinalizer(xa, actionsv1alpha1.Finalizer)
@@ -231,6 +224,19 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return r.reconcileTerminal(ctx, xa, armed)
 	}
 	return r.reconcileActive(ctx, xa)
+}
+
+// finalizeInTurn finalizes xa, being deleted: a finished action's finalization is collection work and waits for
+// its turn behind the sends (collector.turn); any other is finalized at once.
+func (r *ExternalActionReconciler) finalizeInTurn(ctx context.Context, xa *actionsv1alpha1.ExternalAction, armed bool) (ctrl.Result, error) {
+	if finishedDeletion(xa) {
+		release, res, ok := r.parts.collector.turn(client.ObjectKeyFromObject(xa), armed)
+		if !ok {
+			return res, nil
+		}
+		defer release()
+	}
+	return r.finalize(ctx, xa)
 }
 
 // forget drops what this manager holds for an object that is gone (deleted, or relabeled out of this shard):
