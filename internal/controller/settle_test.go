@@ -9,6 +9,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/internal/shard"
 	"github.com/actionledger/actionledger/test/destination"
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
@@ -17,17 +18,21 @@ import (
 // the action from the API server (no GET of externalactions over the whole send path), whether the outcome is
 // recorded in the reconcile that claimed or, through the mailbox, by a later one whose cached copy may not show
 // the claim yet (it is written over the copy the claim write returned); each is recorded with one claim write
-// and one outcome write.
+// and one outcome write. The API server's request counts are global, so the manager is a shard that watches only
+// this test's actions (the label selector): what earlier tests left in their namespaces is not reconciled by it.
 func TestSendRecordsOutcomesWithoutReadingTheAction(t *testing.T) {
 	ns := env.Namespace(t)
 	_, url := envtestutil.DestinationServer(t, destination.Options{})
 	env.CreateDestination(t, ns, "billing", url, nil)
-	env.StartManager(t, app.Options{})
+	env.StartManager(t, app.Options{WatchLabelSelector: shard.LabelKey + " in (" + ns + ")", ShardNamespace: ns,
+		ShardInterval: 200 * time.Millisecond, ShardLeaseDuration: 1500 * time.Millisecond})
 	const n = 20
 	before := env.RequestCount(t, "externalactions", "GET", "")
 	beforePuts := env.RequestCount(t, "externalactions", "PUT", "status")
 	for i := range n {
-		env.Create(t, envtestutil.Action(ns, fmt.Sprintf("invoice-%d", i), "billing", "/invoices", `{"amount":1}`))
+		xa := envtestutil.Action(ns, fmt.Sprintf("invoice-%d", i), "billing", "/invoices", `{"amount":1}`)
+		xa.Labels = map[string]string{shard.LabelKey: ns}
+		env.Create(t, xa)
 	}
 	envtestutil.Eventually(t, 60*time.Second, envtestutil.Say(fmt.Sprintf("%d actions Succeeded", n)), func() bool {
 		done := 0
