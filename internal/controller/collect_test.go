@@ -25,7 +25,6 @@ import (
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/limiter"
-	"github.com/actionledger/actionledger/internal/shard"
 	"github.com/actionledger/actionledger/test/destination"
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
@@ -88,13 +87,11 @@ func TestCollectionWritesOneTombstoneAndReadsNoAction(t *testing.T) {
 	clk := &offsetClock{}
 	// The API server's request counts are global: the manager is a shard that watches only this test's actions
 	// (the label selector), so what earlier tests left, due too on this clock, is not collected by it.
-	env.StartManager(t, app.Options{Clock: clk, WatchLabelSelector: shard.LabelKey + " in (" + ns + ")", ShardNamespace: ns,
-		ShardInterval: 200 * time.Millisecond, ShardLeaseDuration: 1500 * time.Millisecond})
+	startOwnShard(t, ns, app.Options{Clock: clk})
 	ctx := context.Background()
 	const n = 6
 	for i := range n {
-		xa := envtestutil.Action(ns, fmt.Sprintf("invoice-%d", i), "billing", "/invoices", `{"amount":1}`)
-		xa.Labels = map[string]string{shard.LabelKey: ns}
+		xa := ownShard(ns, envtestutil.Action(ns, fmt.Sprintf("invoice-%d", i), "billing", "/invoices", `{"amount":1}`))
 		xa.Spec.TTLSecondsAfterFinished = new(int32(600))
 		env.Create(t, xa)
 	}

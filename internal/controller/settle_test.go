@@ -24,15 +24,12 @@ func TestSendRecordsOutcomesWithoutReadingTheAction(t *testing.T) {
 	ns := env.Namespace(t)
 	_, url := envtestutil.DestinationServer(t, destination.Options{})
 	env.CreateDestination(t, ns, "billing", url, nil)
-	env.StartManager(t, app.Options{WatchLabelSelector: shard.LabelKey + " in (" + ns + ")", ShardNamespace: ns,
-		ShardInterval: 200 * time.Millisecond, ShardLeaseDuration: 1500 * time.Millisecond})
+	startOwnShard(t, ns, app.Options{})
 	const n = 20
 	before := env.RequestCount(t, "externalactions", "GET", "")
 	beforePuts := env.RequestCount(t, "externalactions", "PUT", "status")
 	for i := range n {
-		xa := envtestutil.Action(ns, fmt.Sprintf("invoice-%d", i), "billing", "/invoices", `{"amount":1}`)
-		xa.Labels = map[string]string{shard.LabelKey: ns}
-		env.Create(t, xa)
+		env.Create(t, ownShard(ns, envtestutil.Action(ns, fmt.Sprintf("invoice-%d", i), "billing", "/invoices", `{"amount":1}`)))
 	}
 	envtestutil.Eventually(t, 60*time.Second, envtestutil.Say(fmt.Sprintf("%d actions Succeeded", n)), func() bool {
 		done := 0
@@ -52,4 +49,21 @@ func TestSendRecordsOutcomesWithoutReadingTheAction(t *testing.T) {
 	if puts != 2*n {
 		t.Errorf("%v status writes for %d actions, want %d (a claim and an outcome each)", puts, n, 2*n)
 	}
+}
+
+// startOwnShard starts a manager with o that is a shard of ns's own actions (those ownShard labels), with its
+// member Lease in ns: the API server's request counts are global, and a manager of every namespace would also
+// reconcile what earlier tests left in theirs.
+func startOwnShard(t *testing.T, ns string, o app.Options) {
+	t.Helper()
+	o.WatchLabelSelector = shard.LabelKey + " in (" + ns + ")"
+	o.ShardNamespace = ns
+	o.ShardInterval, o.ShardLeaseDuration = 200*time.Millisecond, 1500*time.Millisecond
+	env.StartManager(t, o)
+}
+
+// ownShard labels xa for the manager startOwnShard started for ns.
+func ownShard(ns string, xa *actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalAction {
+	xa.Labels = map[string]string{shard.LabelKey: ns}
+	return xa
 }
