@@ -78,6 +78,17 @@ func (o *otlpReceiver) find(name, key, value string) []*tracepb.Span {
 	return out
 }
 
+// children returns the received spans called name whose parent is the span with the given id.
+func (o *otlpReceiver) children(name string, parent []byte) []*tracepb.Span {
+	var out []*tracepb.Span
+	for _, s := range o.find(name, "", "") {
+		if string(s.GetParentSpanId()) == string(parent) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 func (o *otlpReceiver) byID(id []byte) *tracepb.Span {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -186,14 +197,24 @@ func TestTracesOverOTLP(t *testing.T) {
 	}
 
 	var attempts []*tracepb.Span
-	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("the attempt spans of order-1 exported"), func() bool {
+	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("the attempt spans of order-1 exported, each with its claim and record spans"), func() bool {
 		attempts = nil
 		for _, s := range rcv.find("attempt", tracing.AttrDestination, "Destination/"+ns+"/shop") {
 			if id := hex.EncodeToString(s.GetTraceId()); id == h[0].TraceID || id == h[1].TraceID {
 				attempts = append(attempts, s)
 			}
 		}
-		return len(attempts) == 2 && len(rcv.find("record", "", "")) >= 2
+		if len(attempts) != 2 {
+			return false
+		}
+		// Each attempt's record span ends after its attempt span (the outcome is written after the response), so
+		// it may reach the collector in a later batch: wait for each attempt's own, not for any two.
+		for _, s := range attempts {
+			if len(rcv.children("record", s.GetSpanId())) == 0 || len(rcv.children("claim", s.GetParentSpanId())) == 0 {
+				return false
+			}
+		}
+		return true
 	})
 	for _, s := range attempts {
 		n, _ := attr(s, tracing.AttrAttempt)
@@ -209,17 +230,7 @@ func TestTracesOverOTLP(t *testing.T) {
 		if parent == nil || parent.GetName() != "reconcile" || len(parent.GetParentSpanId()) != 0 {
 			t.Errorf("attempt %s: parent %v, want the reconcile span, root of its trace", n, parent.GetName())
 		}
-		claims, records := 0, 0
-		for _, c := range rcv.find("claim", "", "") {
-			if string(c.GetParentSpanId()) == string(s.GetParentSpanId()) {
-				claims++
-			}
-		}
-		for _, r := range rcv.find("record", "", "") {
-			if string(r.GetParentSpanId()) == string(s.GetSpanId()) {
-				records++
-			}
-		}
+		claims, records := len(rcv.children("claim", s.GetParentSpanId())), len(rcv.children("record", s.GetSpanId()))
 		if claims != 1 || records != 1 {
 			t.Errorf("attempt %s: %d claim spans beside it and %d record spans under it, want 1 and 1", n, claims, records)
 		}
