@@ -83,7 +83,8 @@ type variant struct {
 	gates []gate
 	// quiet: a delay (wait.quiet) is waited, not recorded. A post-check's status is its own schedule (the
 	// uncertain claim it asks about, PostCheckPending); a send's delay is recorded (ConcurrencyLimited,
-	// RateLimited, RetryBudgetExhausted) so that the reason it waits shows.
+	// RateLimited, RetryBudgetExhausted; the last two only when longer than send.BriefWait) so that the reason
+	// it waits shows.
 	quiet bool
 	carry func(ctx context.Context) (ctrl.Result, error)
 }
@@ -346,14 +347,18 @@ func (a *active) credentials(ctx context.Context) *wait {
 }
 
 // admit takes a token from the destination's rate limit and retry budget, or waits (RateLimited,
-// RetryBudgetExhausted; a quiet variant writes nothing) until the limiter says (send.Admit, which dead-letter
+// RetryBudgetExhausted; written only when the wait is longer than send.BriefWait and the reason changes, and
+// never by a quiet variant) until the limiter says (send.Admit, which dead-letter
 // deliveries pass too).
 func (a *active) admit(context.Context) *wait {
 	xa, dest := a.xa, a.f.dest
 	first := a.f.step.Kind != ledger.KindSend || a.f.step.Status.Claim.Attempt == 1
 	w := send.Admit(a.r.Limiter, a.r.parts.resolver, dest, xa.Namespace, xa.Namespace+"/"+xa.Name, first, a.f.now)
-	if w == nil {
+	switch {
+	case w == nil:
 		return nil
+	case w.Brief(a.f.now): // waited, not written (send.BriefWait)
+		return &wait{after: requeue.After(w.Until, a.f.now), destID: dest.ID, quiet: w.Until.Sub(a.f.now)}
 	}
 	return &wait{step: ledger.Delayed(&xa.Status, w.Reason, w.Message, w.Until, a.f.env), destID: dest.ID, quiet: w.Until.Sub(a.f.now)}
 }

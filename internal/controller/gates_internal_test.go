@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -54,7 +55,8 @@ func reconcilingReason(xa *actionsv1alpha1.ExternalAction) string {
 // without room in the dispatcher and a destination whose rate limit is spent hold all three, nothing is handed
 // to the dispatcher, and the wait is counted (actionledger_delayed_total). A send records its delay
 // (ConcurrencyLimited, RateLimited) with no claim written; a post-check, quiet, keeps its own status
-// (PostCheckPending) and only waits. With room and a token, each is handed to the dispatcher once.
+// (PostCheckPending) and only waits. A rate-limit wait that ends within send.BriefWait is counted and waited by
+// every variant, and written by none. With room and a token, each is handed to the dispatcher once.
 func TestVariantsPassTheSameLimits(t *testing.T) {
 	now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	variants := []struct {
@@ -77,16 +79,27 @@ func TestVariantsPassTheSameLimits(t *testing.T) {
 	limits := []struct {
 		name        string
 		room, spent bool
+		rps         int32  // the destination's requestsPerSecond (burst 1); 0: the fixture's 1/s
 		reason      string // "": not held
+		brief       bool   // the wait ends within send.BriefWait: waited, not written, by every variant
 	}{
 		{name: "open", room: true},
 		{name: "no room", reason: actionsv1alpha1.ReasonConcurrencyLimited},
 		{name: "rate limit spent", room: true, spent: true, reason: actionsv1alpha1.ReasonRateLimited},
+		{name: "rate limit spent briefly", room: true, spent: true, rps: 10, reason: actionsv1alpha1.ReasonRateLimited, brief: true},
 	}
 	for _, v := range variants {
 		for _, l := range limits {
 			t.Run(v.name+"/"+l.name, func(t *testing.T) {
-				r, d, c, xa := gateFixture(t, now, v.dest, v.check, l.room)
+				edit := func(s *actionsv1alpha1.DestinationSpec) {
+					if v.dest != nil {
+						v.dest(s)
+					}
+					if l.rps != 0 {
+						s.RateLimit.RequestsPerSecond = l.rps
+					}
+				}
+				r, d, c, xa := gateFixture(t, now, edit, v.check, l.room)
 				destID := "Destination/shop/api"
 				if l.spent { // another action took the destination's one token
 					rd, err := r.parts.resolver.Resolve(context.Background(), xa)
@@ -132,6 +145,13 @@ func TestVariantsPassTheSameLimits(t *testing.T) {
 				}
 				if res.RequeueAfter <= 0 {
 					t.Errorf("result %+v: want a requeue", res)
+				}
+				if l.brief && !v.check { // a post-check's own step is checked below
+					if !equality.Semantic.DeepEqual(got.Status, xa.Status) || res.RequeueAfter > send.BriefWait {
+						t.Errorf("held briefly by %s: status %+v, requeue after %v; want the status as it was and a "+
+							"look again within send.BriefWait", l.reason, got.Status, res.RequeueAfter)
+					}
+					return
 				}
 				if !v.check {
 					if got.Status.Claim != nil || reconcilingReason(got) != l.reason {

@@ -306,10 +306,11 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 }
 
 // wait records that the next delivery attempt waits for the sink's limits (Delayed: written only when the
-// reason changes, never counted as a delivery outcome) and looks again when the limiter says.
+// reason changes and the wait is longer than send.BriefWait, never counted as a delivery outcome) and looks
+// again when the limiter says.
 func (m *Manager) wait(ctx context.Context, xa *actionsv1alpha1.ExternalAction, cur *actionsv1alpha1.DeadLetterStatus,
 	w *send.Wait) (ctrl.Result, bool, error) {
-	if step := Delayed(cur, w.Reason, w.Message); step.Status != nil {
+	if step := Delayed(cur, w.Reason, w.Message); step.Status != nil && !w.Brief(m.Clock.Now()) {
 		if _, err := m.Writer.Apply(ctx, xa, actionStep(&xa.Status, step, xa.Generation, m.Clock.Now()), cur.Sink); err != nil {
 			return ctrl.Result{}, true, err
 		}

@@ -21,6 +21,16 @@ type Wait struct {
 	Message string
 }
 
+// BriefWait (1 s) is the longest wait for a destination's limits that is waited without a status write. A
+// rate-limit wait that ends within it, the common case when requests arrive in bursts above a destination's
+// rateLimit, would make one more status write per request exactly when the API server is busiest, to show a
+// condition that is gone before a person or kstatus reads it. A longer wait is recorded (reason RateLimited or
+// RetryBudgetExhausted, written only when the reason changes). Either way nothing is sent and no attempt spent.
+const BriefWait = time.Second
+
+// Brief reports whether w ends within BriefWait of now: the caller waits it without recording it.
+func (w *Wait) Brief(now time.Time) bool { return w.Until.Sub(now) < BriefWait }
+
 // Admit is the admission of every request that spends a destination's limits, before its claim: an attempt, a
 // post-check and a dead-letter delivery alike. It takes a token of dest's rate limit and, for a retry (first
 // false), of its retry budget, from l (limiter.Registry.Admit, dest.ID with dest.Limits at this shard's share:
