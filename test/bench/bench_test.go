@@ -63,6 +63,11 @@ type Run struct {
 	// same control plane, measured for the safe kind only; RatioToRaw2 is actions/s over it (issue 35).
 	Raw2PerSecond float64            `json:"rawClaimlessObjectsPerSecond,omitempty"`
 	RatioToRaw2   float64            `json:"ratioToRawClaimless,omitempty"`
+	// RawBeforeAfter and Raw2BeforeAfter are the bare clients' rates in their runs before and after the
+	// manager's (one value when only the run after was made); RawPerSecond and Raw2PerSecond are both runs'
+	// objects over both runs' time.
+	RawBeforeAfter  []float64 `json:"rawObjectsPerSecondBeforeAfter,omitempty"`
+	Raw2BeforeAfter []float64 `json:"rawClaimlessObjectsPerSecondBeforeAfter,omitempty"`
 	LatencyMs     map[string]float64 `json:"latencyMs"`
 	Writes        Writes             `json:"writesPerAction"`
 	// ReconcilesPerAction is the manager's ExternalAction reconciles per action (controller_runtime_reconcile_total,
@@ -194,8 +199,7 @@ func newEnv(t *testing.T) *envtestutil.Env {
 	t.Cleanup(func() { _ = e.Env.Stop() })
 	if os.Getenv("BENCH_FINALIZER_POLICY") != "0" {
 		// What config/default ships: the finalizer is added at admission, not by a write of the manager. (The raw
-		// baseline's objects get it too; in quick mode, where they stay on the same control plane, the next
-		// manager finalizes them after rawWriteRate deletes them.)
+		// baseline's objects get it too; rawRate strips it and deletes them, so no manager finalizes them.)
 		e.InstallFinalizerPolicy(t, e.Namespace(t))
 	}
 	return e
@@ -261,19 +265,28 @@ func TestBenchmark(t *testing.T) {
 			e := newEnv(t)
 			d := defaultDest()
 			d.Latency, d.Kind = time.Duration(latMs)*time.Millisecond, kind
+			// The bare clients run before and after the manager (straddle), so that a ratio compares runs that met
+			// the same load on average; BENCH_RAW_STATUS=real shapes the bare statuses after the manager's, so
+			// it has only the run after.
+			var before []rawRun
+			if os.Getenv("BENCH_RAW_STATUS") != "real" {
+				before = rawRuns(t, e, n, creators, kind)
+			}
 			r := throughputAt(t, e, bin, dir, n, creators, c, 0, d)
-			r.RawPerSecond, r.RawCPUms = rawWriteRate(t, e, n, creators)
+			raw := straddle(before, rawRuns(t, e, n, creators, kind))
+			r.RawPerSecond, r.RawCPUms, r.RawBeforeAfter = raw[0].perS, raw[0].cpu, raw[0].each
 			r.RatioToRaw = r.ActionsPerSecond / r.RawPerSecond
 			claimless := ""
 			if kind == destSafe {
 				// The claimless path's own limit: a bare client making its two writes (issue 35).
-				var cpu CPU
-				r.Raw2PerSecond, cpu = rawClaimlessRate(t, e, n, creators)
-				r.Raw2CPUms, r.RatioToRaw2 = &cpu, r.ActionsPerSecond/r.Raw2PerSecond
-				claimless = fmt.Sprintf("; 2-write raw %.1f/s, ratio %.2f (raw per object: %v)", r.Raw2PerSecond, r.RatioToRaw2, cpu)
+				cpu := raw[1].cpu
+				r.Raw2PerSecond, r.Raw2CPUms, r.Raw2BeforeAfter = raw[1].perS, &cpu, raw[1].each
+				r.RatioToRaw2 = r.ActionsPerSecond / r.Raw2PerSecond
+				claimless = fmt.Sprintf("; 2-write raw %.1f/s %v, ratio %.2f (raw per object: %v)", r.Raw2PerSecond, r.Raw2BeforeAfter,
+					r.RatioToRaw2, cpu)
 			}
-			t.Logf("destination %s, %d actions, %d reconciles, destination latency %d ms: %.1f actions/s, raw %.1f/s, ratio %.2f%s, p99 %.0f ms, writes %v, reconciles per action %.2f, CPU ms/action %v (raw per object: %v), load %s",
-				destLabel(kind, r.IdempotencyClaim), n, c, latMs, r.ActionsPerSecond, r.RawPerSecond, r.RatioToRaw, claimless, r.LatencyMs["p99"], r.Writes, r.ReconcilesPerAction, r.CPUms, r.RawCPUms, r.Load)
+			t.Logf("destination %s, %d actions, %d reconciles, destination latency %d ms: %.1f actions/s, raw %.1f/s %v, ratio %.2f%s, p99 %.0f ms, writes %v, reconciles per action %.2f, CPU ms/action %v (raw per object: %v), load %s",
+				destLabel(kind, r.IdempotencyClaim), n, c, latMs, r.ActionsPerSecond, r.RawPerSecond, r.RawBeforeAfter, r.RatioToRaw, claimless, r.LatencyMs["p99"], r.Writes, r.ReconcilesPerAction, r.CPUms, r.RawCPUms, r.Load)
 			runs[runKey{n, c, latMs, kind}] = append(runs[runKey{n, c, latMs, kind}], r)
 			if !full && want("destlatency") && len(quickLat[kind]) == 0 {
 				// Quick mode: prove the delayed destination and the table on the same control plane, with a

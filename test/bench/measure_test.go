@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -218,6 +219,63 @@ func rawClaimlessRate(t *testing.T, e *envtestutil.Env, n, conc int) (float64, C
 	return rawRate(t, e, n, conc, false)
 }
 
+// rawRun is one run of a bare client: n objects in secs seconds, CPU per object.
+type rawRun struct {
+	n    int
+	secs float64
+	cpu  CPU
+}
+
+// rawRuns runs the bare clients a case of kind compares with: the 3-write one, and for the safe kind the
+// 2-write one too (index 1).
+func rawRuns(t *testing.T, e *envtestutil.Env, n, conc int, kind string) []rawRun {
+	t.Helper()
+	run := func(withClaim bool) rawRun {
+		perS, cpu := rawRate(t, e, n, conc, withClaim)
+		return rawRun{n: n, secs: float64(n) / perS, cpu: cpu}
+	}
+	out := []rawRun{run(true)}
+	if kind == destSafe {
+		out = append(out, run(false))
+	}
+	return out
+}
+
+// rawRate2 is a bare client's rate over the runs before and after the manager's: objects over their summed time,
+// CPU per object weighted by objects, and each run's own rate.
+type rawRate2 struct {
+	perS float64
+	cpu  CPU
+	each []float64
+}
+
+// straddle combines the bare clients' runs before the manager's (may be nil) with those after it, index by index.
+func straddle(before, after []rawRun) []rawRate2 {
+	out := make([]rawRate2, len(after))
+	for i, a := range after {
+		runs := []rawRun{a}
+		if i < len(before) {
+			runs = []rawRun{before[i], a}
+		}
+		var n int
+		var secs float64
+		var cpu CPU
+		for _, r := range runs {
+			n, secs = n+r.n, secs+r.secs
+			out[i].each = append(out[i].each, math.Round(float64(r.n)/r.secs*10)/10)
+			w := float64(r.n)
+			cpu.Manager += r.cpu.Manager * w
+			cpu.APIServer += r.cpu.APIServer * w
+			cpu.Etcd += r.cpu.Etcd * w
+			cpu.Bench += r.cpu.Bench * w
+		}
+		w := float64(n)
+		out[i].perS = float64(n) / secs
+		out[i].cpu = CPU{Manager: cpu.Manager / w, APIServer: cpu.APIServer / w, Etcd: cpu.Etcd / w, Bench: cpu.Bench / w}
+	}
+	return out
+}
+
 // rawRate is rawWriteRate (withClaim) or rawClaimlessRate, in a namespace of its own.
 func rawRate(t *testing.T, e *envtestutil.Env, n, conc int, withClaim bool) (float64, CPU) {
 	t.Helper()
@@ -236,8 +294,9 @@ func rawRate(t *testing.T, e *envtestutil.Env, n, conc int, withClaim bool) (flo
 	rawWrites(t, c, ns, prefix, n, conc, claimed, done)
 	rate := float64(n) / time.Since(start).Seconds()
 	cpu := perActionCPU(cpu0, meter.read(), n)
-	// Remove them before the manager starts so it never sees them (no finalizers: nothing ran on them).
-	_ = e.Client.DeleteAllOf(context.Background(), &actionsv1alpha1.ExternalAction{}, client.InNamespace(ns))
+	// Remove them, the admission policy's finalizer first, so that a manager started after this run has nothing of
+	// theirs to finalize (straddle runs a bare client before the manager too).
+	removeActions(t, c, ns, conc)
 	return rate, cpu
 }
 

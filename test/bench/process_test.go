@@ -34,6 +34,11 @@ var (
 func managerBinary(t *testing.T, _ string) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if bin := os.Getenv("BENCH_MANAGER_BIN"); bin != "" {
+			// A manager built elsewhere (an earlier commit's ./cmd), measured by this harness: before and after.
+			buildPath, buildErr = filepath.Abs(bin)
+			return
+		}
 		if buildDir, buildErr = os.MkdirTemp("", "actionledger-bench-bin-"); buildErr != nil {
 			return
 		}

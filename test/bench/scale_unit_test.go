@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +126,20 @@ func TestCachedTombstones(t *testing.T) {
 		if _, err := cachedTombstones(env(map[string]string{"BENCH_SCALE_CACHED_TOMBSTONES": v})); err == nil {
 			t.Errorf("%q was accepted", v)
 		}
+	}
+}
+
+// straddle's rate is both runs' objects over both runs' time (a slow run weighs by its time, not as one of two
+// rates), its CPU per object weighted by objects; without a run before, the run after alone.
+func TestStraddleCombinesTheBareRunsAroundTheManager(t *testing.T) {
+	before := []rawRun{{n: 1000, secs: 10, cpu: CPU{APIServer: 10}}, {n: 1000, secs: 5, cpu: CPU{APIServer: 6}}}
+	after := []rawRun{{n: 1000, secs: 30, cpu: CPU{APIServer: 14}}, {n: 1000, secs: 5, cpu: CPU{APIServer: 8}}}
+	got := straddle(before, after)
+	if len(got) != 2 || got[0].perS != 50 || got[0].cpu.APIServer != 12 || len(got[0].each) != 2 ||
+		got[0].each[0] != 100 || got[0].each[1] != 33.3 || got[1].perS != 200 || got[1].cpu.APIServer != 7 {
+		t.Errorf("straddle = %+v; want 2000 objects over 40 s (50/s, each 100 and 33.3), API server 12 ms; then 200/s, 7 ms", got)
+	}
+	if only := straddle(nil, after[:1]); math.Abs(only[0].perS-1000.0/30) > 1e-9 || len(only[0].each) != 1 {
+		t.Errorf("without a run before: %+v, want the run after's 33.3/s", only)
 	}
 }
