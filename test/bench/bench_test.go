@@ -61,15 +61,15 @@ type Run struct {
 	RatioToRaw   float64 `json:"ratioToRaw,omitempty"`
 	// Raw2PerSecond is the bare client's rate for create + status outcome (the claimless path's two writes),
 	// same control plane, measured for the safe kind only; RatioToRaw2 is actions/s over it (issue 35).
-	Raw2PerSecond float64            `json:"rawClaimlessObjectsPerSecond,omitempty"`
-	RatioToRaw2   float64            `json:"ratioToRawClaimless,omitempty"`
+	Raw2PerSecond float64 `json:"rawClaimlessObjectsPerSecond,omitempty"`
+	RatioToRaw2   float64 `json:"ratioToRawClaimless,omitempty"`
 	// RawBeforeAfter and Raw2BeforeAfter are the bare clients' rates in their runs before and after the
 	// manager's (one value when only the run after was made); RawPerSecond and Raw2PerSecond are both runs'
 	// objects over both runs' time.
-	RawBeforeAfter  []float64 `json:"rawObjectsPerSecondBeforeAfter,omitempty"`
-	Raw2BeforeAfter []float64 `json:"rawClaimlessObjectsPerSecondBeforeAfter,omitempty"`
-	LatencyMs     map[string]float64 `json:"latencyMs"`
-	Writes        Writes             `json:"writesPerAction"`
+	RawBeforeAfter  []float64          `json:"rawObjectsPerSecondBeforeAfter,omitempty"`
+	Raw2BeforeAfter []float64          `json:"rawClaimlessObjectsPerSecondBeforeAfter,omitempty"`
+	LatencyMs       map[string]float64 `json:"latencyMs"`
+	Writes          Writes             `json:"writesPerAction"`
 	// ReconcilesPerAction is the manager's ExternalAction reconciles per action (controller_runtime_reconcile_total,
 	// controller "externalaction"), from the warm-up's end to the last Succeeded.
 	ReconcilesPerAction float64 `json:"reconcilesPerAction"`

@@ -199,26 +199,6 @@ func rawClient(t *testing.T, e *envtestutil.Env) client.Client {
 	return c
 }
 
-// rawWriteRate is the limit: a bare client doing exactly the writes one action needs (create, status claim,
-// status outcome) for n objects with conc workers, with no manager running, at the manager's client rate
-// limit (rawClientQPS), while the same observer watch as in the manager's runs (watchSucceeded) is open:
-// the measurement's own watch costs the API server alike on both sides. Objects per second.
-//
-// It does not wait for a destination: its writes follow one another at once, whatever the run's destination
-// latency. The latency table's bound is min(this rate, maxInFlight / latency): an ideal manager hides the
-// latency behind maxInFlight sends in flight (docs/benchmarks.md, "How bare is defined").
-func rawWriteRate(t *testing.T, e *envtestutil.Env, n, conc int) (float64, CPU) {
-	t.Helper()
-	return rawRate(t, e, n, conc, true)
-}
-
-// rawClaimlessRate is the claimless path's limit (issue 35): the same bare client making the two writes an
-// action sent without a claim needs (create, status outcome), for the `safe` kind's ratio. Objects per second.
-func rawClaimlessRate(t *testing.T, e *envtestutil.Env, n, conc int) (float64, CPU) {
-	t.Helper()
-	return rawRate(t, e, n, conc, false)
-}
-
 // rawRun is one run of a bare client: n objects in secs seconds, CPU per object.
 type rawRun struct {
 	n    int
@@ -276,7 +256,15 @@ func straddle(before, after []rawRun) []rawRate2 {
 	return out
 }
 
-// rawRate is rawWriteRate (withClaim) or rawClaimlessRate, in a namespace of its own.
+// rawRate is the limit: a bare client doing exactly the writes one action needs (withClaim: create, status
+// claim, status outcome; else the claimless path's create and status outcome, issue 35) for n objects with conc
+// workers in a namespace of its own, with no manager running, at the manager's client rate limit
+// (rawClientQPS), while the same observer watch as in the manager's runs (watchSucceeded) is open: the
+// measurement's own watch costs the API server alike on both sides. Objects per second, and CPU per object.
+//
+// It does not wait for a destination: its writes follow one another at once, whatever the run's destination
+// latency. The latency table's bound is min(this rate, maxInFlight / latency): an ideal manager hides the
+// latency behind maxInFlight sends in flight (docs/benchmarks.md, "How bare is defined").
 func rawRate(t *testing.T, e *envtestutil.Env, n, conc int, withClaim bool) (float64, CPU) {
 	t.Helper()
 	ns := e.Namespace(t)
