@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -45,7 +46,9 @@ func TestRecordLogsOutcomeAndPhaseChange(t *testing.T) {
 		Clock: clock.RealClock{}, Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
 		Dispatcher: &InlineDispatcher{Clock: clock.RealClock{}}}
 	var lines []string
-	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{}))
+	// The reconcile's logger names the action (Reconcile's WithValues); each line must name it once.
+	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{}).
+		WithValues("externalaction", klog.KObj(xa)))
 	o := ledger.Outcome{Class: retry.ClassSuccess, StatusCode: 201, FinishedAt: now,
 		Response: &actionsv1alpha1.ResponseRecord{StatusCode: 201, Body: `{"token":"s3cr3t-body"}`,
 			Headers: map[string]string{"Location": "/charges/s3cr3t-header"}}}
@@ -63,6 +66,11 @@ func TestRecordLogsOutcomeAndPhaseChange(t *testing.T) {
 		`"msg"="phase changed"`, `"from"="InProgress"`, `"to"="Succeeded"`, `"reason"="Succeeded"`} {
 		if !strings.Contains(all, want) {
 			t.Errorf("logs lack %s:\n%s", want, all)
+		}
+	}
+	for _, l := range lines {
+		if n := strings.Count(l, `"externalaction"=`); n != 1 {
+			t.Errorf("a log line names the action %d times, want once (a JSON key twice):\n%s", n, l)
 		}
 	}
 	if strings.Contains(all, "s3cr3t") {

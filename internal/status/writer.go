@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -316,7 +315,9 @@ func (w *Writer) afterWrite(ctx context.Context, prev actionsv1alpha1.Phase, xa 
 	}
 }
 
-// logPhaseChange logs a written phase change at info level with the condition reason that explains it.
+// logPhaseChange logs a written phase change at info level with the condition reason that explains it. The
+// action itself is named by ctx's logger ("externalaction", added by the reconcile and by every other caller
+// of the writer), not again here: a JSON line with a key twice is read differently by each log pipeline.
 func logPhaseChange(ctx context.Context, xa *actionsv1alpha1.ExternalAction, prev actionsv1alpha1.Phase, destID string) {
 	reason := ""
 	for _, c := range xa.Status.Conditions {
@@ -324,7 +325,7 @@ func logPhaseChange(ctx context.Context, xa *actionsv1alpha1.ExternalAction, pre
 			reason = c.Reason
 		}
 	}
-	log.FromContext(ctx).Info("phase changed", "externalaction", klog.KObj(xa), "from", string(prev), "to", string(xa.Status.Phase),
+	log.FromContext(ctx).Info("phase changed", "from", string(prev), "to", string(xa.Status.Phase),
 		"reason", reason, "attempts", xa.Status.Attempts, "destination", destID)
 }
 
