@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/shard"
 	"github.com/actionledger/actionledger/test/destination"
 	"github.com/actionledger/actionledger/test/envtestutil"
@@ -48,6 +51,47 @@ func TestSendRecordsOutcomesWithoutReadingTheAction(t *testing.T) {
 	}
 	if puts != 2*n {
 		t.Errorf("%v status writes for %d actions, want %d (a claim and an outcome each)", puts, n, 2*n)
+	}
+}
+
+// A burst of actions a little above the destination's rateLimit waits for it without a status write: each wait
+// ends within send.BriefWait, so every action is recorded with its claim and its outcome and nothing else, while
+// the waits are counted (actionledger_delayed_total, reason RateLimited). Recording each wait as RateLimited
+// cost one more status write per delayed action, when the API server was busiest. The waits are at most
+// (n - burst) / requestsPerSecond = 0.8 s.
+func TestBriefRateLimitWaitsWriteNoStatus(t *testing.T) {
+	ns := env.Namespace(t)
+	_, url := envtestutil.DestinationServer(t, destination.Options{})
+	burst := int32(2)
+	env.CreateDestination(t, ns, "paced", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.RateLimit = &actionsv1alpha1.RateLimit{RequestsPerSecond: 10, Burst: &burst}
+	})
+	startOwnShard(t, ns, app.Options{})
+	const n = 10
+	delayed := func() float64 {
+		return testutil.ToFloat64(metrics.Delayed.WithLabelValues("Destination/"+ns+"/paced", actionsv1alpha1.ReasonRateLimited))
+	}
+	waits, beforePuts := delayed(), env.RequestCount(t, "externalactions", "PUT", "status")
+	for i := range n {
+		env.Create(t, ownShard(ns, envtestutil.Action(ns, fmt.Sprintf("order-%d", i), "paced", "/orders", `{"n":1}`)))
+	}
+	envtestutil.Eventually(t, 60*time.Second, envtestutil.Say(fmt.Sprintf("%d actions Succeeded", n)), func() bool {
+		done := 0
+		for _, xa := range listActions(t, ns) {
+			if xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
+				done++
+			}
+		}
+		return done == n
+	})
+	waits = delayed() - waits
+	puts := env.RequestCount(t, "externalactions", "PUT", "status") - beforePuts
+	t.Logf("%v rate-limit waits and %v status writes for %d actions", waits, puts, n)
+	if waits < 1 {
+		t.Fatalf("no send waited for the rate limit (%d actions created at once against 10/s, burst 2): the test proved nothing", n)
+	}
+	if puts != 2*n {
+		t.Errorf("%v status writes for %d actions after %v brief rate-limit waits, want %d (a claim and an outcome each)", puts, n, waits, 2*n)
 	}
 }
 
