@@ -39,6 +39,20 @@ func listActions(t *testing.T, ns string) []actionsv1alpha1.ExternalAction {
 	return l.Items
 }
 
+// waitSucceeded waits until n actions of ns are Succeeded, each after exactly attempts attempts (0: any number).
+func waitSucceeded(t *testing.T, ns string, n int, attempts int32) {
+	t.Helper()
+	envtestutil.Eventually(t, 60*time.Second, envtestutil.Say(fmt.Sprintf("%d actions Succeeded", n)), func() bool {
+		done := 0
+		for _, xa := range listActions(t, ns) {
+			if xa.Status.Phase == actionsv1alpha1.PhaseSucceeded && (attempts == 0 || xa.Status.Attempts == attempts) {
+				done++
+			}
+		}
+		return done == n
+	})
+}
+
 func listTombstones(t *testing.T, ns string) []actionsv1alpha1.ActionTombstone {
 	t.Helper()
 	var l actionsv1alpha1.ActionTombstoneList
@@ -95,15 +109,7 @@ func TestCollectionWritesOneTombstoneAndReadsNoAction(t *testing.T) {
 		xa.Spec.TTLSecondsAfterFinished = new(int32(600))
 		env.Create(t, xa)
 	}
-	envtestutil.Eventually(t, 60*time.Second, envtestutil.Say(fmt.Sprintf("%d actions Succeeded", n)), func() bool {
-		done := 0
-		for _, xa := range listActions(t, ns) {
-			if xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
-				done++
-			}
-		}
-		return done == n
-	})
+	waitSucceeded(t, ns, n, 0)
 	// Counted before the clock moves: a reconcile already under way (a watch event of the last status write)
 	// may collect an action as soon as it is due.
 	before := readCounts(t)

@@ -34,15 +34,7 @@ func TestSendRecordsOutcomesWithoutReadingTheAction(t *testing.T) {
 	for i := range n {
 		env.Create(t, ownShard(ns, envtestutil.Action(ns, fmt.Sprintf("invoice-%d", i), "billing", "/invoices", `{"amount":1}`)))
 	}
-	envtestutil.Eventually(t, 60*time.Second, envtestutil.Say(fmt.Sprintf("%d actions Succeeded", n)), func() bool {
-		done := 0
-		for _, xa := range listActions(t, ns) {
-			if xa.Status.Phase == actionsv1alpha1.PhaseSucceeded && xa.Status.Attempts == 1 {
-				done++
-			}
-		}
-		return done == n
-	})
+	waitSucceeded(t, ns, n, 1)
 	gets := env.RequestCount(t, "externalactions", "GET", "") - before
 	puts := env.RequestCount(t, "externalactions", "PUT", "status") - beforePuts
 	t.Logf("%v GETs and %v status writes of ExternalActions for %d actions", gets, puts, n)
@@ -75,15 +67,7 @@ func TestBriefRateLimitWaitsWriteNoStatus(t *testing.T) {
 	for i := range n {
 		env.Create(t, ownShard(ns, envtestutil.Action(ns, fmt.Sprintf("order-%d", i), "paced", "/orders", `{"n":1}`)))
 	}
-	envtestutil.Eventually(t, 60*time.Second, envtestutil.Say(fmt.Sprintf("%d actions Succeeded", n)), func() bool {
-		done := 0
-		for _, xa := range listActions(t, ns) {
-			if xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
-				done++
-			}
-		}
-		return done == n
-	})
+	waitSucceeded(t, ns, n, 0)
 	waits = delayed() - waits
 	puts := env.RequestCount(t, "externalactions", "PUT", "status") - beforePuts
 	t.Logf("%v rate-limit waits and %v status writes for %d actions", waits, puts, n)
