@@ -120,11 +120,25 @@ func install(t *testing.T, c *clusterenv.Cluster) *product {
 		"--namespace", releaseNamespace, "--values", p.values, "--wait", "--timeout", "4m")
 	t.Logf("cluster: helm install --wait: %.1fs\n%s", time.Since(began).Seconds(), out)
 	// The chart's CRDs are templates (kubebuilder's layout, not Helm's crds/): helm --wait can return before the
-	// API server serves them, and an apply right after then fails with "Resource kind ... not found" (seen in 1
-	// of 5 runs). What a user does before applying a custom resource:
+	// API server serves them. What a user does before applying a custom resource:
 	p.kubectl(t, "wait", "--for=condition=Established", "--timeout=1m",
 		"crd/externalactions.actions.actionledger.dev", "crd/destinations.actions.actionledger.dev",
 		"crd/clusterdestinations.actions.actionledger.dev", "crd/actiontombstones.actions.actionledger.dev")
+	// Established is not enough: the chart's MutatingAdmissionPolicies (the finalizer) need the CRD's published
+	// OpenAPI schema, which the API server's policy plugin reads every 5 s; until then a create is refused with 503
+	// "Resource kind ... not found" (a clean-clone CI run's sample apply met it right after the wait above, as
+	// hack/run-local.sh had). A server-side dry run passes admission: wait until one does (docs/gitops.md).
+	sample := filepath.Join(clusterenv.RepoRoot(), "config", "samples", "actions_v1alpha1_externalaction.yaml")
+	began = time.Now()
+	poll(t, time.Minute, "the API server to admit ExternalActions (a server-side dry run)", func(context.Context) (bool, error) {
+		out, err := p.runErr(nil, nil, filepath.Join(p.c.Env["KUBE_ASSETS"], "kubectl"), "--kubeconfig", p.c.Kubeconfig,
+			"apply", "--dry-run=server", "-n", "default", "-f", sample)
+		if err != nil {
+			return false, fmt.Errorf("%w: %s", err, strings.TrimSpace(out))
+		}
+		return true, nil
+	})
+	t.Logf("cluster: ExternalActions admitted %.1fs after the CRDs were Established", time.Since(began).Seconds())
 	p.installed = time.Now()
 	return p
 }
