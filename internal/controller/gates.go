@@ -354,13 +354,16 @@ func (a *active) admit(context.Context) *wait {
 	xa, dest := a.xa, a.f.dest
 	first := a.f.step.Kind != ledger.KindSend || a.f.step.Status.Claim.Attempt == 1
 	w := send.Admit(a.r.Limiter, a.r.parts.resolver, dest, xa.Namespace, xa.Namespace+"/"+xa.Name, first, a.f.now)
-	switch {
-	case w == nil:
+	if w == nil {
 		return nil
-	case w.Brief(a.f.now): // waited, not written (send.BriefWait)
-		return &wait{after: requeue.After(w.Until, a.f.now), destID: dest.ID, quiet: w.Until.Sub(a.f.now)}
 	}
-	return &wait{step: ledger.Delayed(&xa.Status, w.Reason, w.Message, w.Until, a.f.env), destID: dest.ID, quiet: w.Until.Sub(a.f.now)}
+	out := &wait{destID: dest.ID, quiet: w.Until.Sub(a.f.now)}
+	if w.Brief(a.f.now) { // waited, not written (send.BriefWait)
+		out.after = requeue.After(w.Until, a.f.now)
+	} else {
+		out.step = ledger.Delayed(&xa.Status, w.Reason, w.Message, w.Until, a.f.env)
+	}
+	return out
 }
 
 // claimHold is how an attempt holds its claim while it is out: written before the send (DESIGN rule 1), or, for
