@@ -266,12 +266,8 @@ func TestBenchmark(t *testing.T) {
 			d := defaultDest()
 			d.Latency, d.Kind = time.Duration(latMs)*time.Millisecond, kind
 			// The bare clients run before and after the manager (straddle), so that a ratio compares runs that met
-			// the same load on average; BENCH_RAW_STATUS=real shapes the bare statuses after the manager's, so
-			// it has only the run after.
-			var before []rawRun
-			if os.Getenv("BENCH_RAW_STATUS") != "real" {
-				before = rawRuns(t, e, n, creators, kind)
-			}
+			// the same load on average.
+			before := rawRuns(t, e, n, creators, kind)
 			r := throughputAt(t, e, bin, dir, n, creators, c, 0, d)
 			raw := straddle(before, rawRuns(t, e, n, creators, kind))
 			r.RawPerSecond, r.RawCPUms, r.RawBeforeAfter = raw[0].perS, raw[0].cpu, raw[0].each
@@ -812,7 +808,11 @@ func reportText(rep Report, tables map[string]string) string {
 			m.Cached, fmtMem(m.Memory), m.LivePerAction, m.InusePerAction, m.RSSPerAction, m.ObjectJSONBytes)
 	}
 	if table := tables["-status-bytes"]; table != "" {
-		fmt.Fprintf(&b, "by status shape (bare client, create + claim + outcome per object, no manager):\n%s", table)
+		writes := "create + claim + outcome"
+		if !bytesWritesClaim() {
+			writes = "create + outcome (BENCH_BYTES_WRITES=2)"
+		}
+		fmt.Fprintf(&b, "by status shape (bare client, %s per object, no manager):\n%s", writes, table)
 	}
 	return b.String()
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -199,14 +200,15 @@ func statusBytesPart(t *testing.T, n, conc, repeat int) []BytesRow {
 	b := bytesEnv{e: e, c: rawClient(t, e), etcd: newEtcdClient(e.Env.ControlPlane.Etcd.URL.String()), ns: ns,
 		prefix: fmt.Sprintf("/registry/%s/externalactions/%s/", actionsv1alpha1.GroupVersion.Group, ns),
 		holder: app.NewHolder()} // what the manager writes in claims: <hostname>_<8 hex>
+	shapes := bytesShapes()
 	rows := make([]BytesRow, len(statusShapes))
 	for i := 1; i <= repeat; i++ {
-		for k := range statusShapes {
+		for k := range shapes {
 			// Every other repeat goes backwards, so that a drift within a pass (load, the store) does not always
 			// land on the same rows.
-			level := k
+			level := shapes[k]
 			if i%2 == 0 {
-				level = len(statusShapes) - 1 - k
+				level = shapes[len(shapes)-1-k]
 			}
 			name := statusShapes[level]
 			r, claimB, outB := b.run(t, level, n, conc)
@@ -219,6 +221,7 @@ func statusBytesPart(t *testing.T, n, conc, repeat int) []BytesRow {
 			rows[level].Detail = append(rows[level].Detail, r)
 		}
 	}
+	rows = slices.DeleteFunc(rows, func(r BytesRow) bool { return len(r.Detail) == 0 })
 	for i := range rows {
 		var rate, api, etcdCPU, stored, mf []float64
 		for _, r := range rows[i].Detail {
@@ -233,6 +236,29 @@ func statusBytesPart(t *testing.T, n, conc, repeat int) []BytesRow {
 	}
 	return rows
 }
+
+// bytesShapes are the levels of statusShapes the bytes part writes: BENCH_BYTES_SHAPES (a comma-separated list
+// of levels, 0 the minimal shape, shapeLean the manager's), all of them by default. The first row's rate is
+// what "vs minimal" divides by.
+func bytesShapes() []int {
+	var out []int
+	for f := range strings.SplitSeq(os.Getenv("BENCH_BYTES_SHAPES"), ",") {
+		if l, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && l >= 0 && l < len(statusShapes) && !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		for l := range statusShapes {
+			out = append(out, l)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// bytesWritesClaim says whether the bytes part writes the claim status: BENCH_BYTES_WRITES=2 writes the
+// claimless path's create and outcome only (the claim bytes column is then the claim it would have written).
+func bytesWritesClaim() bool { return intEnv("BENCH_BYTES_WRITES", 3) != 2 }
 
 // bytesEnv is the bytes part's control plane: its raw client, etcd, namespace (and its etcd prefix) and the
 // claims' holder.
@@ -261,7 +287,11 @@ func (b bytesEnv) run(t *testing.T, level, n, conc int) (BytesRun, int, int) {
 	meter := newCPUMeter(e, 0)
 	cpu0 := meter.read()
 	start := time.Now()
-	rawWrites(t, c, ns, "b", n, conc, claimed, done)
+	writeClaim := claimed
+	if !bytesWritesClaim() {
+		writeClaim = nil
+	}
+	rawWrites(t, c, ns, "b", n, conc, writeClaim, done)
 	secs := time.Since(start).Seconds()
 	r := BytesRun{ObjectsPerSec: float64(n) / secs, Seconds: secs, CPUms: perActionCPU(cpu0, meter.read(), n)}
 	observer.cancel()
@@ -367,7 +397,7 @@ func checkBytesRows(rows []BytesRow) error {
 		if r.Runs == 0 || r.ObjectsPerSec <= 0 || r.StoredBytes <= 0 || r.OutcomeBytes <= 0 {
 			return fmt.Errorf("shape %q measured nothing: %+v", r.Shape, r)
 		}
-		if i == 0 {
+		if i == 0 || len(rows) != len(statusShapes) { // the order of sizes holds for the whole table (BENCH_BYTES_SHAPES)
 			continue
 		}
 		p := rows[i-1]

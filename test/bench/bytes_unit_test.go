@@ -2,6 +2,7 @@ package bench
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,12 +49,26 @@ func TestStatusShapesMatchLedger(t *testing.T) {
 	t.Logf("the manager's outcome status (%d B): %s", len(envtestutil.JSON(out.Status)), envtestutil.JSON(out.Status))
 
 	t.Setenv("BENCH_RAW_STATUS", "")
-	claimed, done := rawStatuses(t, nil)
+	claimed, done := rawStatuses(nil)
 	if got, exp := norm(shapeStatus(shapeMinimal, xa, holder, false)), norm(claimed(xa)); got != exp {
 		t.Errorf("minimal claim %s, want rawStatuses' %s", got, exp)
 	}
 	if got, exp := norm(shapeStatus(shapeMinimal, xa, holder, true)), norm(done(xa)); got != exp {
 		t.Errorf("minimal outcome %s, want rawStatuses' %s", got, exp)
+	}
+
+	// BENCH_RAW_STATUS=real: the lean shape (the ledger's, checked above), with this host's holder.
+	t.Setenv("BENCH_RAW_STATUS", "real")
+	claimed, done = rawStatuses(nil)
+	host := claimed(xa).Claim.Holder
+	if got, exp := norm(claimed(xa)), norm(shapeStatus(shapeLean, xa, host, false)); got != exp {
+		t.Errorf("BENCH_RAW_STATUS=real claim %s, want the lean shape %s", got, exp)
+	}
+	if got, exp := norm(done(xa)), norm(shapeStatus(shapeLean, xa, host, true)); got != exp {
+		t.Errorf("BENCH_RAW_STATUS=real outcome %s, want the lean shape %s", got, exp)
+	}
+	if host == "raw" || host == "" {
+		t.Errorf("BENCH_RAW_STATUS=real claim holder %q, want the manager's <hostname>_<8 hex>", host)
 	}
 }
 
@@ -93,5 +108,31 @@ func TestBytesRowsCheck(t *testing.T) {
 	table := bytesTable(rows[:2])
 	if !strings.Contains(table, "| minimal (raw baseline) | 10 | 1 | 0 | ") || strings.Count(table, "\n") != 4 {
 		t.Errorf("table:\n%s", table)
+	}
+}
+
+// TestBytesShapesChoosesLevels checks BENCH_BYTES_SHAPES: the levels asked for, sorted and once each, 0 (the
+// minimal shape) included, out-of-range ones dropped; every level when unset or when none is valid.
+func TestBytesShapesChoosesLevels(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want []int
+	}{
+		{"8,0", []int{0, shapeLean}},
+		{"0, 3,3,99,-1,x", []int{0, 3}},
+		{"", nil},
+		{"99", nil},
+	} {
+		t.Setenv("BENCH_BYTES_SHAPES", c.env)
+		got := bytesShapes()
+		want := c.want
+		if want == nil {
+			for l := range statusShapes {
+				want = append(want, l)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("BENCH_BYTES_SHAPES=%q: %v, want %v", c.env, got, want)
+		}
 	}
 }

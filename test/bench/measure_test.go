@@ -139,49 +139,31 @@ const rawClientQPS, rawClientBurst = 5000, 10000
 
 // rawStatuses returns the two statuses the raw baseline writes for xa: the claim and the outcome. By default
 // the minimal ones (phase, attempts and claim; then phase and a small response). With BENCH_RAW_STATUS=real
-// they are shaped like the manager's own: the outcome is the status of an action the manager just finished
-// on this control plane (conditions, attempt history, times, response), the claim the same status with an
-// open claim and phase InProgress, so that the baseline writes the same bytes and only the manager's work
-// between the writes differs.
-func rawStatuses(t *testing.T, e *envtestutil.Env) (claimed, done func(*actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus) {
-	t.Helper()
-	if os.Getenv("BENCH_RAW_STATUS") != "real" {
-		return func(*actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
-				now := metav1.Now()
-				return &actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseInProgress, Attempts: 1,
-					Claim: &actionsv1alpha1.AttemptClaim{Attempt: 1, Holder: "raw", StartedAt: now, ExpiresAt: now}}
-			}, func(*actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
-				return &actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseSucceeded, Attempts: 1,
-					Response: &actionsv1alpha1.ResponseRecord{StatusCode: 201, Body: `{"id":"x"}`, BodySHA256: "sha256:0"}}
+// they are the manager's own, the bytes part's lean shape (shapeLean: what internal/ledger writes for an action
+// that succeeds at its first attempt against the recording destination, checked field for field by
+// TestStatusShapesMatchLedger, with this host's claim holder), so that the baseline writes the same bytes as
+// the manager and only the manager's work between the writes differs: the ceiling of any manager that writes
+// the contract's status.
+func rawStatuses(t *testing.T) (claimed, done statusFn) {
+	if os.Getenv("BENCH_RAW_STATUS") == "real" {
+		holder := app.NewHolder()
+		if t != nil {
+			t.Logf("raw baseline writes the manager's status shape (BENCH_RAW_STATUS=real, shapeLean)")
+		}
+		return func(xa *actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
+				return shapeStatus(shapeLean, xa, holder, false)
+			}, func(xa *actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
+				return shapeStatus(shapeLean, xa, holder, true)
 			}
 	}
-	var list actionsv1alpha1.ExternalActionList
-	if err := e.Client.List(context.Background(), &list, client.Limit(50)); err != nil {
-		t.Fatalf("listing a finished action for BENCH_RAW_STATUS=real: %v", err)
-	}
-	var tmpl *actionsv1alpha1.ExternalActionStatus
-	for i := range list.Items {
-		if st := &list.Items[i].Status; st.Phase == actionsv1alpha1.PhaseSucceeded && len(st.AttemptHistory) > 0 {
-			tmpl = st
-			break
+	return func(*actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
+			now := metav1.Now()
+			return &actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseInProgress, Attempts: 1,
+				Claim: &actionsv1alpha1.AttemptClaim{Attempt: 1, Holder: "raw", StartedAt: now, ExpiresAt: now}}
+		}, func(*actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
+			return &actionsv1alpha1.ExternalActionStatus{Phase: actionsv1alpha1.PhaseSucceeded, Attempts: 1,
+				Response: &actionsv1alpha1.ResponseRecord{StatusCode: 201, Body: `{"id":"x"}`, BodySHA256: "sha256:0"}}
 		}
-	}
-	if tmpl == nil {
-		t.Fatal("BENCH_RAW_STATUS=real: no Succeeded action with an attempt history on this control plane")
-	}
-	t.Logf("raw baseline writes the manager's status shape (BENCH_RAW_STATUS=real): %d bytes of status", len(envtestutil.JSON(tmpl)))
-	keyed := func(xa *actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
-		st := tmpl.DeepCopy()
-		st.IdempotencyKey = xa.Namespace + "/" + xa.Name
-		return st
-	}
-	return func(xa *actionsv1alpha1.ExternalAction) *actionsv1alpha1.ExternalActionStatus {
-		st := keyed(xa)
-		now := metav1.Now()
-		st.Phase, st.Response, st.CompletedAt, st.ExpiresAt = actionsv1alpha1.PhaseInProgress, nil, nil, nil
-		st.Claim = &actionsv1alpha1.AttemptClaim{Attempt: 1, Holder: "raw", StartedAt: now, ExpiresAt: now}
-		return st
-	}, keyed
 }
 
 // statusFn returns the status the raw client writes on xa (one of the two of rawStatuses or shapeStatus).
@@ -243,15 +225,10 @@ func straddle(before, after []rawRun) []rawRate2 {
 		for _, r := range runs {
 			n, secs = n+r.n, secs+r.secs
 			out[i].each = append(out[i].each, math.Round(float64(r.n)/r.secs*10)/10)
-			w := float64(r.n)
-			cpu.Manager += r.cpu.Manager * w
-			cpu.APIServer += r.cpu.APIServer * w
-			cpu.Etcd += r.cpu.Etcd * w
-			cpu.Bench += r.cpu.Bench * w
+			cpu = cpu.plus(r.cpu.times(float64(r.n)))
 		}
-		w := float64(n)
 		out[i].perS = float64(n) / secs
-		out[i].cpu = CPU{Manager: cpu.Manager / w, APIServer: cpu.APIServer / w, Etcd: cpu.Etcd / w, Bench: cpu.Bench / w}
+		out[i].cpu = cpu.times(1 / float64(n))
 	}
 	return out
 }
@@ -271,17 +248,19 @@ func rawRate(t *testing.T, e *envtestutil.Env, n, conc int, withClaim bool) (flo
 	c := rawClient(t, e)
 	observer := watchSucceeded(t, e, ns)
 	defer observer.cancel()
-	claimed, done := rawStatuses(t, e)
+	claimed, done := rawStatuses(t)
 	prefix := "raw"
 	if !withClaim {
 		claimed, prefix = nil, "raw2w"
 	}
 	meter := newCPUMeter(e, 0)
 	cpu0 := meter.read()
+	prof := startRawProfile(t, e, prefix, n)
 	start := time.Now()
 	rawWrites(t, c, ns, prefix, n, conc, claimed, done)
 	rate := float64(n) / time.Since(start).Seconds()
 	cpu := perActionCPU(cpu0, meter.read(), n)
+	prof.finish(t, e)
 	// Remove them, the admission policy's finalizer first, so that a manager started after this run has nothing of
 	// theirs to finalize (straddle runs a bare client before the manager too).
 	removeActions(t, c, ns, conc)
@@ -529,6 +508,16 @@ type CPU struct {
 	APIServer float64 `json:"apiserver"`
 	Etcd      float64 `json:"etcd"`
 	Bench     float64 `json:"benchProcess"`
+}
+
+// times is c with every process's figure multiplied by f.
+func (c CPU) times(f float64) CPU {
+	return CPU{Manager: c.Manager * f, APIServer: c.APIServer * f, Etcd: c.Etcd * f, Bench: c.Bench * f}
+}
+
+// plus is the sum of c and d, process by process.
+func (c CPU) plus(d CPU) CPU {
+	return CPU{Manager: c.Manager + d.Manager, APIServer: c.APIServer + d.APIServer, Etcd: c.Etcd + d.Etcd, Bench: c.Bench + d.Bench}
 }
 
 func (c CPU) String() string {

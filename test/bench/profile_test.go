@@ -26,6 +26,7 @@ import (
 // server's apiserver_request_total for every verb, before and after the run.
 type profiler struct {
 	dir    string
+	prefix string
 	name   string
 	before map[string]float64
 	done   chan struct{}
@@ -44,8 +45,18 @@ func managerPprofArgs(t *testing.T, bin string) (args []string, url string) {
 }
 
 // startProfile starts the profiles of a run of n actions; managerPprof is the manager's pprof base URL ("": no
-// manager profile).
+// manager profile). The files are named <what>-<n>-<hhmmss>: apiserver-, manager- and requests-, with "raw-"
+// before them for a bare client's run (startRawProfile).
 func startProfile(t *testing.T, e *envtestutil.Env, n int, managerPprof string) *profiler {
+	return startNamedProfile(t, e, "", n, managerPprof)
+}
+
+// startRawProfile starts the API server's profile of a bare client's run of n objects (kind "raw" or "raw2w").
+func startRawProfile(t *testing.T, e *envtestutil.Env, kind string, n int) *profiler {
+	return startNamedProfile(t, e, kind+"-", n, "")
+}
+
+func startNamedProfile(t *testing.T, e *envtestutil.Env, prefix string, n int, managerPprof string) *profiler {
 	t.Helper()
 	dir := os.Getenv("BENCH_PROFILE_DIR")
 	if dir == "" {
@@ -54,7 +65,7 @@ func startProfile(t *testing.T, e *envtestutil.Env, n int, managerPprof string) 
 	if err := os.MkdirAll(dir, 0o750); err != nil { //nolint:gosec // BENCH_PROFILE_DIR is the user's own choice
 		t.Fatal(err)
 	}
-	p := &profiler{dir: dir, name: fmt.Sprintf("%d-%s", n, time.Now().UTC().Format("150405")), before: allRequests(t, e), done: make(chan struct{})}
+	p := &profiler{dir: dir, prefix: prefix, name: fmt.Sprintf("%d-%s", n, time.Now().UTC().Format("150405")), before: allRequests(t, e), done: make(chan struct{})}
 	secs := intEnv("BENCH_PROFILE_SECONDS", 10)
 	delay := time.Duration(intEnv("BENCH_PROFILE_DELAY", 0)) * time.Second
 	cs, err := kubernetes.NewForConfig(e.Config)
@@ -70,7 +81,7 @@ func startProfile(t *testing.T, e *envtestutil.Env, n int, managerPprof string) 
 			t.Logf("API server profile: %v", err)
 			return
 		}
-		_ = os.WriteFile(filepath.Join(dir, "apiserver-"+p.name+".pprof"), body, 0o600) //nolint:gosec // BENCH_PROFILE_DIR is the user's own choice
+		_ = os.WriteFile(filepath.Join(dir, prefix+"apiserver-"+p.name+".pprof"), body, 0o600) //nolint:gosec // BENCH_PROFILE_DIR is the user's own choice
 	})
 	if managerPprof != "" {
 		wg.Go(func() {
@@ -126,7 +137,7 @@ func (p *profiler) finish(t *testing.T, e *envtestutil.Env) {
 		}
 	}
 	slices.Sort(lines)
-	_ = os.WriteFile(filepath.Join(p.dir, "requests-"+p.name+".txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o600)
+	_ = os.WriteFile(filepath.Join(p.dir, p.prefix+"requests-"+p.name+".txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o600)
 }
 
 // allRequests is apiserver_request_total for every verb (LIST and WATCH included), keyed
