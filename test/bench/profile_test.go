@@ -56,6 +56,7 @@ func startRawProfile(t *testing.T, e *envtestutil.Env, kind string, n int) *prof
 	return startNamedProfile(t, e, kind+"-", n, "")
 }
 
+// startNamedProfile is startProfile with prefix before the files' names ("", "raw-" or "raw2w-").
 func startNamedProfile(t *testing.T, e *envtestutil.Env, prefix string, n int, managerPprof string) *profiler {
 	t.Helper()
 	dir := os.Getenv("BENCH_PROFILE_DIR")
