@@ -131,8 +131,7 @@ func install(t *testing.T, c *clusterenv.Cluster) *product {
 	sample := filepath.Join(clusterenv.RepoRoot(), "config", "samples", "actions_v1alpha1_externalaction.yaml")
 	began = time.Now()
 	poll(t, time.Minute, "the API server to admit ExternalActions (a server-side dry run)", func(context.Context) (bool, error) {
-		out, err := p.runErr(nil, nil, filepath.Join(p.c.Env["KUBE_ASSETS"], "kubectl"), "--kubeconfig", p.c.Kubeconfig,
-			"apply", "--dry-run=server", "-n", "default", "-f", sample)
+		out, err := p.kubectlErr("apply", "--dry-run=server", "-n", "default", "-f", sample)
 		if err != nil {
 			return false, fmt.Errorf("%w: %s", err, strings.TrimSpace(out))
 		}
@@ -220,14 +219,22 @@ func (p *product) gatewayCertificate(t *testing.T) string {
 // kubectl runs the cluster's kubectl as its admin and returns its standard output; it fails the test on an error.
 func (p *product) kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	return p.run(t, nil, filepath.Join(p.c.Env["KUBE_ASSETS"], "kubectl"), append([]string{"--kubeconfig", p.c.Kubeconfig}, args...)...)
+	return p.run(t, nil, p.kubectlPath(), append([]string{"--kubeconfig", p.c.Kubeconfig}, args...)...)
 }
+
+// kubectlErr is kubectl as the cluster's admin that returns its error (with the standard error as output)
+// rather than ending the test.
+func (p *product) kubectlErr(args ...string) (string, error) {
+	return p.runErr(nil, nil, p.kubectlPath(), append([]string{"--kubeconfig", p.c.Kubeconfig}, args...)...)
+}
+
+// kubectlPath is the cluster's kubectl, built with its control plane.
+func (p *product) kubectlPath() string { return filepath.Join(p.c.Env["KUBE_ASSETS"], "kubectl") }
 
 // kubectlIn is kubectl with stdin.
 func (p *product) kubectlIn(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
-	return p.run(t, strings.NewReader(stdin), filepath.Join(p.c.Env["KUBE_ASSETS"], "kubectl"),
-		append([]string{"--kubeconfig", p.c.Kubeconfig}, args...)...)
+	return p.run(t, strings.NewReader(stdin), p.kubectlPath(), append([]string{"--kubeconfig", p.c.Kubeconfig}, args...)...)
 }
 
 // helm runs bin/helm as the cluster's admin.

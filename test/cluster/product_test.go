@@ -92,8 +92,7 @@ func testManagerIdentity(t *testing.T, p *product) {
 		{"create", "clusterrolebindings.rbac.authorization.k8s.io", "no"},
 		{"impersonate", "users", "no"},
 	} {
-		out, _ := p.runErr(nil, nil, filepath.Join(p.c.Env["KUBE_ASSETS"], "kubectl"), "--kubeconfig", p.c.Kubeconfig,
-			"auth", "can-i", check.verb, check.resource, "--as", sa, "-n", releaseNamespace)
+		out, _ := p.kubectlErr("auth", "can-i", check.verb, check.resource, "--as", sa, "-n", releaseNamespace)
 		got, _, _ := strings.Cut(out, "\n") // a warning about a cluster-scoped resource may follow
 		if strings.TrimSpace(got) != check.want {
 			t.Errorf("kubectl auth can-i %s %s --as %s: %q, want %q", check.verb, check.resource, sa, strings.TrimSpace(got), check.want)
@@ -157,8 +156,7 @@ func testWhyAndGateway(t *testing.T, p *product) {
 	kubeconfig := p.tokenKubeconfig(t, "checkout", ns, token)
 
 	// kubectl passes no flag written before a plugin's name: the identity comes from $KUBECONFIG.
-	why, err := p.runErr(nil, []string{"KUBECONFIG=" + kubeconfig}, filepath.Join(p.c.Env["KUBE_ASSETS"], "kubectl"),
-		"actionledger", "why", "invoice-7", "-n", ns)
+	why, err := p.runErr(nil, []string{"KUBECONFIG=" + kubeconfig}, p.kubectlPath(), "actionledger", "why", "invoice-7", "-n", ns)
 	t.Logf("kubectl actionledger why invoice-7 (as %s:checkout):\n%s", ns, why)
 	if err != nil || !strings.Contains(why, "is Succeeded") {
 		t.Errorf("kubectl actionledger why: %v: %q, want it to say the action is Succeeded", err, why)
@@ -204,8 +202,7 @@ func testMetrics(t *testing.T, p *product) {
 	p.kubectl(t, "create", "clusterrolebinding", "actionledger-test-scraper", "--clusterrole="+releaseName+"-metrics-reader",
 		"--serviceaccount="+ns+":scraper")
 	t.Cleanup(func() {
-		_, _ = p.runErr(nil, nil, filepath.Join(p.c.Env["KUBE_ASSETS"], "kubectl"), "--kubeconfig", p.c.Kubeconfig,
-			"delete", "clusterrolebinding", "actionledger-test-scraper")
+		_, _ = p.kubectlErr("delete", "clusterrolebinding", "actionledger-test-scraper")
 	})
 	token := p.serviceAccountToken(t, ns, "scraper")
 	url := fmt.Sprintf("https://127.0.0.1:%d/metrics", p.ports.managerMetrics)
