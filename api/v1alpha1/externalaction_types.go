@@ -208,6 +208,48 @@ type AttemptClaim struct {
 	// postChecks counts the post-check requests made for this uncertain attempt.
 	// +optional
 	PostChecks int32 `json:"postChecks,omitempty"`
+	// verdict is set when the attempt's response arrived and is recorded in status.response, but the evaluation
+	// of spec.successWhen on it did not finish (its deadline, a wait for an evaluation slot, cancellation: DESIGN
+	// rule 12). No verdict is drawn from an evaluation that did not finish: the attempt stays open, nothing is
+	// sent again, and the response is judged again from what was received, at expiresAt (reason VerdictPending).
+	// Only on status.claim, never on status.deadLetter.claim.
+	// +optional
+	Verdict *PendingVerdict `json:"verdict,omitempty"`
+}
+
+// MaxPendingVerdictHeaderBytes bounds status.claim.verdict.headers: names and values together, in bytes. A
+// response whose headers, as the expression sees them, come to more is not kept for a later evaluation: an
+// evaluation of it that does not finish at once waits for a person (VerdictUnavailable).
+const MaxPendingVerdictHeaderBytes = 8 << 10
+
+// PendingVerdict is an attempt's response whose verdict waits for an evaluation that finishes (DESIGN rule 12).
+// With status.response (the status code and the body as the expression saw them) it is everything
+// spec.successWhen needs, so the verdict survives a restart of the manager and never needs a second send.
+type PendingVerdict struct {
+	// receivedAt is when the response arrived (RFC 3339).
+	ReceivedAt metav1.Time `json:"receivedAt"`
+	// headers are the response headers as spec.successWhen sees them: names lower-cased, the values of one name
+	// joined with ", ", the destination's Secret values redacted; at most MaxPendingVerdictHeaderBytes (8 KiB)
+	// of names and values together.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Headers map[string]string `json:"headers,omitempty"`
+	// inputSHA256 is the hex SHA-256 of the expression's input (status code, headers, body) as first seen. A
+	// later evaluation runs only on the same input, read back from status; any other (a status trimmed by the
+	// API server) waits for a person instead (VerdictUnavailable).
+	// +kubebuilder:validation:MaxLength=64
+	InputSHA256 string `json:"inputSHA256"`
+	// otherwise is the attempt's class should spec.successWhen not hold on this response: Rejected, Retryable,
+	// InProgress or Uncertain, decided by the status code and the retry policy as for any answer.
+	// +kubebuilder:validation:Enum=Rejected;Retryable;InProgress;Uncertain
+	Otherwise string `json:"otherwise"`
+	// evaluations counts the evaluations of spec.successWhen on this response that did not finish.
+	Evaluations int32 `json:"evaluations"`
+	// reason is the kind of the last evaluation's failure to finish (for example "context deadline exceeded"),
+	// never a value of the response.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason,omitempty"`
 }
 
 // AttemptRecord is one finished attempt in status.attemptHistory.
@@ -219,7 +261,7 @@ type AttemptRecord struct {
 	// finishedAt is when the attempt's outcome was known.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
-	// result is the attempt's class: Success, Rejected, Retryable, InProgress, NotSent, Uncertain, Replayed, Applied or NotApplied (decided by the post-check), or a person's decision.
+	// result is the attempt's class: Success, Rejected, Retryable, InProgress, NotSent, Uncertain, Unjudged (a response whose spec.successWhen evaluation did not finish: status.claim.verdict), Replayed, Applied or NotApplied (decided by the post-check), or a person's decision.
 	// +kubebuilder:validation:MaxLength=64
 	Result string `json:"result"`
 	// statusCode is the HTTP status code, when a response arrived.

@@ -126,6 +126,8 @@ func (a *active) variant() variant {
 		return variant{gates: slices.Concat([]gate{a.path, a.subject}, a.toDestination(a.outputTarget)), carry: a.sendAttempt}
 	case ledger.KindPostCheck:
 		return variant{gates: slices.Concat([]gate{a.checkStep, a.checkPath}, a.toDestination()), quiet: true, carry: a.askCheck}
+	case ledger.KindJudge:
+		return variant{carry: a.judge}
 	}
 	return variant{carry: func(ctx context.Context) (ctrl.Result, error) { return a.r.apply(ctx, a.xa, a.f.step, a.f.dest.ID) }}
 }
@@ -493,6 +495,19 @@ func (a *active) askCheck(ctx context.Context) (ctrl.Result, error) {
 		return r.settle(ctx, a.xa, p)
 	}
 	return ctrl.Result{RequeueAfter: job.Deadline.Sub(r.Clock.Now()) + requeue.NotDispatched}, nil
+}
+
+// judge evaluates spec.successWhen again on the response recorded for the open claim, whose verdict is pending
+// (status.claim.verdict, DESIGN rule 12), and records the result as the attempt's outcome (record: held in the
+// mailbox until written, DESIGN rule 2). Nothing is sent, and no room, token or Secret is needed.
+func (a *active) judge(ctx context.Context) (ctrl.Result, error) {
+	o := a.r.parts.sender.Judge(ctx, a.xa)
+	env := a.f.env
+	env.Now = a.f.now
+	c := a.xa.Status.Claim
+	log.FromContext(ctx).V(1).Info("judging a recorded response again", "attempt", c.Attempt, "result", string(o.Class))
+	return a.r.record(ctx, a.xa, &send.Result{Attempt: c.Attempt, Outcome: o, Env: env, ClaimedAt: c.StartedAt.Time,
+		PauseCap: a.f.dest.DeadlineDur})
 }
 
 // unstall makes step end a stall on the destination when unblocked (ledger.Unblock of the stored status) is

@@ -466,3 +466,19 @@ func acquire(ctx context.Context) (func(), error) {
 		return nil, ctx.Err()
 	}
 }
+
+// Occupy takes every evaluation slot and holds them until release is called: what another tenant's admitted
+// expressions, each running for seconds, do to every other evaluation. For tests and benchmarks of DESIGN rule
+// 12 (an evaluation that waits for a slot and does not get one decides nothing); it blocks until every slot is
+// free to take.
+func Occupy() (release func()) {
+	n := cap(evalSlots)
+	for range n {
+		evalSlots <- struct{}{}
+	}
+	return func() {
+		for range n {
+			<-evalSlots
+		}
+	}
+}
