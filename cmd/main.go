@@ -41,6 +41,7 @@ import (
 	"github.com/actionledger/actionledger/internal/controller"
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
+	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/tracing"
 )
@@ -66,7 +67,7 @@ type managerFlags struct {
 	qps                                              float64
 	burst, concurrency                               int
 	claimMargin                                      time.Duration
-	maxInFlight                                      int
+	maxInFlight, evaluationSlots                     int
 	collectionRate                                   float64
 	shutdownGrace                                    time.Duration
 	tombstoneStore, tombstoneDSNFile                 string
@@ -118,6 +119,9 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", dispatch.DefaultGlobalMaxInFlight,
 		"Requests in flight to all destinations at once (each destination also has spec.concurrency.maxInFlight). "+
 			"Sends do not hold reconcile workers.")
+	fs.IntVar(&f.evaluationSlots, "evaluation-slots", 0, "Expressions (successWhen, outputs, post-checks) evaluated "+
+		"at once; the others wait for a slot, served round-robin over namespaces (docs/security.md). 0: GOMAXPROCS, "+
+		"which follows the container's CPU limit (the node's core count without one).")
 	fs.Float64Var(&f.collectionRate, "collection-rate", controller.DefaultCollectionRate,
 		"Collections a second (deletes of finished actions past ttlAfterFinished, and their finalization) that take "+
 			"their turn among waiting sends; beyond it collection runs only when no send waits. 0: always behind the sends.")
@@ -193,6 +197,8 @@ func run() int {
 		setupLog.Error(fmt.Errorf("--events=%q: want important or all", f.events), "Invalid flag")
 		return 2
 	}
+	expr.SetSlots(f.evaluationSlots)
+	setupLog.Info("Evaluation slots", "slots", expr.Slots())
 	stopTracing, err := startTracing("actionledger", setupLog)
 	if err != nil {
 		return 1

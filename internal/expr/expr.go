@@ -60,10 +60,12 @@ const (
 	// out before reaching the cost limit.
 	EvalTimeout = 2 * time.Second
 
-	// SlotWait bounds the wait for an evaluation slot (cost.go's evalSlots), apart from EvalTimeout, which starts
-	// once the slot is taken: a wait behind other evaluations never eats the evaluation's own time. An evaluation
-	// that does not get a slot in time did not finish (Unfinished): it decides nothing (DESIGN rule 12).
-	SlotWait = 2 * time.Second
+	// SlotWait bounds the wait for an evaluation slot (slots.go), apart from EvalTimeout, which starts once the
+	// slot is taken: a wait behind other evaluations never eats the evaluation's own time. It is longer than one
+	// EvalTimeout, so that with the slots served fairly over namespaces a tenant whose expressions fill every
+	// slot delays another's next evaluation by about one evaluation, within SlotWait. An evaluation that does not
+	// get a slot in time did not finish (Unfinished): it decides nothing (DESIGN rule 12).
+	SlotWait = EvalTimeout + time.Second
 
 	// MaxSourceLength is the maximum length of an expression, in bytes.
 	MaxSourceLength = 16 * 1024

@@ -160,7 +160,7 @@ func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 func (mgr *Manager) take(ctx context.Context, xa *actionsv1alpha1.ExternalAction, view *redact.View) *heldOutputs {
 	h := &heldOutputs{uid: xa.UID}
 	in := expr.Response{StatusCode: view.StatusCode, Header: view.Header, Body: view.Body}
-	ctx, cancel := context.WithTimeout(ctx, outputEvalBudget)
+	ctx, cancel := context.WithTimeout(expr.WithFlow(ctx, xa.Namespace), outputEvalBudget)
 	defer cancel()
 	values := make(map[string]string, len(xa.Spec.Outputs.Values))
 	held := 0

@@ -177,7 +177,7 @@ func (s *Sender) run(ctx context.Context, r request) *Result {
 	}
 	ex := s.exchange(ctx, r, timeout)
 	if r.kind == kindCheck {
-		return r.checked(s.verdict(r.dest, ex.checkResult(), ex.red))
+		return r.checked(s.verdict(r.dest, ex.checkResult(), ex.red, r.xa.Namespace))
 	}
 	view := ex.red.View(ex.res.Response) // nil without a response
 	p := r.outcome(s.classify(r, ex, view))
@@ -417,7 +417,9 @@ func retryAfterOf(st *actionsv1alpha1.ExternalActionStatus, attempt int32) strin
 
 // verdict evaluates the post-check's applied and notApplied expressions on its response; a failed request
 // or a response neither proves is inconclusive.
-func (s *Sender) verdict(dest *destination.Resolved, res httpexec.Result, red *redact.Redactor) *CheckResult {
+//
+// ns is the namespace of the action asked about: the flow its evaluations are served in (expr.WithFlow).
+func (s *Sender) verdict(dest *destination.Resolved, res httpexec.Result, red *redact.Redactor, ns string) *CheckResult {
 	out := &CheckResult{Verdict: ledger.VerdictInconclusive}
 	if res.Err != nil || res.Response == nil {
 		return out
@@ -438,7 +440,7 @@ func (s *Sender) verdict(dest *destination.Resolved, res httpexec.Result, red *r
 			failed = append(failed, "spec.reconciliation."+c.field+" does not compile")
 			continue
 		}
-		ok, err := p.Eval(in)
+		ok, err := p.EvalContext(expr.WithFlow(context.Background(), ns), in)
 		if err != nil {
 			// An evaluation that did not finish decides nothing (DESIGN rule 12): the check is inconclusive, never
 			// NotApplied, and is asked again within the destination's post-check bound.

@@ -179,7 +179,8 @@ func successOn(exprs *expr.Cache, xa *actionsv1alpha1.ExternalAction, in expr.Re
 	if err != nil {
 		return false, err
 	}
-	return p.Eval(in)
+	// The action's namespace is its flow: evaluation slots are shared fairly between namespaces (expr.WithFlow).
+	return p.EvalContext(expr.WithFlow(context.Background(), xa.Namespace), in)
 }
 
 // successOn is successOn with the sender's expression cache.

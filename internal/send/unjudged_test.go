@@ -79,12 +79,12 @@ func TestPostCheckNeverNotAppliedWhileAppliedIsUnevaluated(t *testing.T) {
 		Reconciliation: &actionsv1alpha1.ReconciliationCheck{Applied: `response.body.state == "paid"`, NotApplied: `response.statusCode == 200`}}}
 	answer := httpexec.Result{Response: &httpexec.Response{StatusCode: 200, Header: http.Header{}, Body: []byte(`{"state":"paid"}`)}}
 	release := expr.Occupy()
-	got := s.verdict(dest, answer, nil)
+	got := s.verdict(dest, answer, nil, "ns")
 	release()
 	if got.Verdict != ledger.VerdictInconclusive || !strings.Contains(got.Why, "did not finish") {
 		t.Errorf("verdict %s (%q), want Inconclusive saying the evaluation did not finish", got.Verdict, got.Why)
 	}
-	if got := s.verdict(dest, answer, nil); got.Verdict != ledger.VerdictApplied {
+	if got := s.verdict(dest, answer, nil, "ns"); got.Verdict != ledger.VerdictApplied {
 		t.Errorf("with a slot: verdict %s, want Applied", got.Verdict)
 	}
 }
