@@ -42,6 +42,7 @@ import (
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
+	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/tracing"
 )
@@ -68,6 +69,7 @@ type managerFlags struct {
 	burst, concurrency                               int
 	claimMargin                                      time.Duration
 	maxInFlight, evaluationSlots                     int
+	decoderWindowBudget                              int64
 	collectionRate                                   float64
 	shutdownGrace                                    time.Duration
 	tombstoneStore, tombstoneDSNFile                 string
@@ -122,6 +124,10 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 	fs.IntVar(&f.evaluationSlots, "evaluation-slots", 0, "Expressions (successWhen, outputs, post-checks) evaluated "+
 		"at once; the others wait for a slot, served round-robin over namespaces (docs/security.md). 0: GOMAXPROCS, "+
 		"which follows the container's CPU limit (the node's core count without one).")
+	fs.Int64Var(&f.decoderWindowBudget, "decoder-window-budget", 0, "Bytes the decoders of compressed answers may "+
+		"hold at once (their declared windows; one namespace at most a quarter); a window that does not fit is not "+
+		"opened and the body is recorded undecoded (docs/security.md). 0: an eighth of the container's memory limit "+
+		"(at least 24 MiB), 64 MiB without one.")
 	fs.Float64Var(&f.collectionRate, "collection-rate", controller.DefaultCollectionRate,
 		"Collections a second (deletes of finished actions past ttlAfterFinished, and their finalization) that take "+
 			"their turn among waiting sends; beyond it collection runs only when no send waits. 0: always behind the sends.")
@@ -198,7 +204,8 @@ func run() int {
 		return 2
 	}
 	expr.SetSlots(f.evaluationSlots)
-	setupLog.Info("Evaluation slots", "slots", expr.Slots())
+	httpexec.SetWindowBudget(f.decoderWindowBudget)
+	setupLog.Info("Tenant budgets", "evaluationSlots", expr.Slots(), "decoderWindowBytes", httpexec.WindowBudget())
 	stopTracing, err := startTracing("actionledger", setupLog)
 	if err != nil {
 		return 1

@@ -229,7 +229,7 @@ func (s *Sender) exchange(ctx context.Context, r request, timeout time.Duration)
 		keep = r.keep + red.Longest()
 	}
 	res := s.Executor.Execute(ctx, httpexec.Request{Method: r.method, URL: r.target, Header: h, Body: r.body,
-		Timeout: timeout, TLS: dest.TLS}, keep)
+		Timeout: timeout, TLS: dest.TLS, Flow: r.xa.Namespace}, keep)
 	refused := dest.Refused(token, res)
 	return exchanged{res: res, red: red, renewed: token != "", refused: refused}
 }
