@@ -208,11 +208,7 @@ type AttemptClaim struct {
 	// postChecks counts the post-check requests made for this uncertain attempt.
 	// +optional
 	PostChecks int32 `json:"postChecks,omitempty"`
-	// verdict is set when the attempt's response arrived and is recorded in status.response, but the evaluation
-	// of spec.successWhen on it did not finish (its deadline, a wait for an evaluation slot, cancellation: DESIGN
-	// rule 12). No verdict is drawn from an evaluation that did not finish: the attempt stays open, nothing is
-	// sent again, and the response is judged again from what was received, at expiresAt (reason VerdictPending).
-	// Only on status.claim, never on status.deadLetter.claim.
+	// verdict is set when the attempt's response arrived and is recorded in status.response, but the evaluation of spec.successWhen on it did not finish (its time limit, a wait for an evaluation slot, or a shutdown). No verdict is drawn from an evaluation that did not finish: the attempt stays open, nothing is sent again, and the recorded response is judged again at expiresAt (reason VerdictPending). Only on status.claim, never on status.deadLetter.claim.
 	// +optional
 	Verdict *PendingVerdict `json:"verdict,omitempty"`
 }
@@ -228,25 +224,19 @@ const MaxPendingVerdictHeaderBytes = 8 << 10
 type PendingVerdict struct {
 	// receivedAt is when the response arrived (RFC 3339).
 	ReceivedAt metav1.Time `json:"receivedAt"`
-	// headers are the response headers as spec.successWhen sees them: names lower-cased, the values of one name
-	// joined with ", ", the destination's Secret values redacted; at most MaxPendingVerdictHeaderBytes (8 KiB)
-	// of names and values together.
+	// headers are the response headers as spec.successWhen sees them: names lower-cased, the values of one name joined with ", ", the destination's Secret values redacted; at most 8 KiB of names and values together.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	Headers map[string]string `json:"headers,omitempty"`
-	// inputSHA256 is the hex SHA-256 of the expression's input (status code, headers, body) as first seen. A
-	// later evaluation runs only on the same input, read back from status; any other (a status trimmed by the
-	// API server) waits for a person instead (VerdictUnavailable).
+	// inputSHA256 is the hex SHA-256 of the expression's input (status code, headers, body) as first seen. A later evaluation runs only on the same input, read back from status; any other (a status the API server made the manager trim) waits for a person instead (reason VerdictUnavailable).
 	// +kubebuilder:validation:MaxLength=64
 	InputSHA256 string `json:"inputSHA256"`
-	// otherwise is the attempt's class should spec.successWhen not hold on this response: Rejected, Retryable,
-	// InProgress or Uncertain, decided by the status code and the retry policy as for any answer.
+	// otherwise is the attempt's class should spec.successWhen not hold on this response: Rejected, Retryable, InProgress or Uncertain, decided by the status code and the retry policy as for any answer.
 	// +kubebuilder:validation:Enum=Rejected;Retryable;InProgress;Uncertain
 	Otherwise string `json:"otherwise"`
 	// evaluations counts the evaluations of spec.successWhen on this response that did not finish.
 	Evaluations int32 `json:"evaluations"`
-	// reason is the kind of the last evaluation's failure to finish (for example "context deadline exceeded"),
-	// never a value of the response.
+	// reason is the kind of the last evaluation's failure to finish (for example "context deadline exceeded"), never a value of the response.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	Reason string `json:"reason,omitempty"`
