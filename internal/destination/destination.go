@@ -66,7 +66,7 @@ func Reason(err error, fallback string) string {
 		return actionsv1alpha1.ReasonDestinationNotReady
 	}
 	switch {
-	case errors.Is(err, errSecretNotAllowed), errors.Is(err, errServiceAccountRequired):
+	case errors.Is(err, errSecretNotAllowed), errors.Is(err, errServiceAccountRequired), errors.Is(err, errServiceAccountNotFound):
 		return actionsv1alpha1.ReasonSecretNotAllowed
 	case errors.Is(err, errNamespaceNotAllowed):
 		return actionsv1alpha1.ReasonNamespaceNotAllowed
@@ -284,7 +284,7 @@ func (rd *Resolved) NotReady() error {
 // only in its own namespace, with the rights r.Tenants gives it (a ServiceAccount of that namespace); a
 // ClusterDestination only in the controller's, with the manager's.
 func (r *Resolver) LoadCredentials(ctx context.Context, rd *Resolved) error {
-	reader, as, err := r.Tenants.secretsOf(r.Secrets, rd.cluster, rd.secretNS, rd.Spec, rd.ID)
+	reader, as, err := r.Tenants.secretsOf(ctx, r.Secrets, rd.cluster, rd.secretNS, rd.Spec, rd.ID)
 	if err != nil {
 		return err
 	}
@@ -725,7 +725,7 @@ func LimiterReason(r limiter.Reason) string {
 // destination in messages. Used by the destination validator: the values are read and dropped.
 func CheckSecrets(ctx context.Context, tenants *TenantSecrets, manager client.Reader, cluster bool,
 	spec *actionsv1alpha1.DestinationSpec, secretNS, owner string) error {
-	reader, as, err := tenants.secretsOf(manager, cluster, secretNS, spec, owner)
+	reader, as, err := tenants.secretsOf(ctx, manager, cluster, secretNS, spec, owner)
 	if err != nil {
 		return err
 	}
