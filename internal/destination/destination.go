@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -98,6 +99,30 @@ func CheckSpec(spec *actionsv1alpha1.DestinationSpec, owner string, namespaced, 
 			"Give spec.tls.caBundle instead, or ask the admin for a ClusterDestination", errInsecureSkipVerifyNotAllowed, owner)
 	}
 	return nil
+}
+
+// CheckRequestHeaders refuses an action whose spec.request.headers sets a routing-override or forwarding header
+// (actionsv1alpha1.RoutingHeader: X-Original-URL, X-Rewrite-URL, X-Forwarded-*, X-HTTP-Method-Override,
+// Forwarded, ...). Admission refuses them (the CEL rule on the CRD); this catches an action stored before that
+// rule, whose spec is immutable: the controller ends it InvalidSpec before anything is sent. A proxy or framework
+// in front of the provider would route by such a header, out of a ClusterDestination's base path and with its
+// credentials (issue 40 row 7).
+func CheckRequestHeaders(headers map[string]actionsv1alpha1.HeaderValue) error {
+	var refused []string
+	for k := range headers {
+		if actionsv1alpha1.RoutingHeader(k) {
+			refused = append(refused, k)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	slices.Sort(refused)
+	return fmt.Errorf("spec.request.headers sets %s: routing-override or forwarding headers, which proxies and frameworks "+
+		"in front of a destination route or authorize by, so they could move the request out of the destination's base "+
+		"path, change its method or claim another client, with the destination's credentials; the API server refuses "+
+		"them (this action was stored before that rule) and nothing is sent; create a new action without them",
+		strings.Join(refused, ", "))
 }
 
 // NamespaceAllowed checks a ClusterDestination's namespaceSelector against the labels of namespace ns, read
