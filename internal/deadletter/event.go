@@ -58,8 +58,9 @@ type Record struct {
 // id on every attempt; the action's own key is only in ActionKey.
 func RecordOf(xa *actionsv1alpha1.ExternalAction, destID, recordKey string) Record {
 	st := &xa.Status
-	r := Record{Key: strings.TrimSuffix(recordKey, KeySuffix), ActionKey: st.IdempotencyKey, Namespace: xa.Namespace, Name: xa.Name, UID: string(xa.UID), Destination: destID,
-		Fingerprint: st.Fingerprint, Phase: st.Phase, Attempts: st.Attempts, LastError: st.LastError}
+	r := Record{Key: strings.TrimSuffix(recordKey, KeySuffix), ActionKey: st.IdempotencyKey, Namespace: xa.Namespace,
+		Name: xa.Name, UID: string(xa.UID), Destination: destID, Fingerprint: st.Fingerprint, Phase: st.Phase,
+		Attempts: st.Attempts, LastError: st.LastError}
 	if c := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReady); c != nil {
 		r.Reason, r.Message = c.Reason, c.Message
 	}
