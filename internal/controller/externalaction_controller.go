@@ -163,7 +163,7 @@ type parts struct {
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations/status;clusterdestinations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=actiontombstones,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=impersonate
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;impersonate
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -207,11 +207,15 @@ func (a *active) unusable(err error) *wait {
 }
 
 // spec checks what the action asks against its destination (any error is an InvalidSpec, nothing is sent):
-// a retry policy that only tightens the destination's, a compilable successWhen and outputs, and a body
+// a retry policy that only tightens the destination's, no routing-override header (one stored before admission
+// refused them: destination.CheckRequestHeaders), a compilable successWhen and outputs, and a body
 // within bounds (kept in canonical form). It builds the reconcile's decision environment.
 func (a *active) spec(context.Context) *wait {
 	xa, dest := a.xa, a.f.dest
 	policy, deadline, err := destination.Tighten(dest.Policy, dest.DeadlineDur, xa.Spec.RetryPolicy)
+	if err == nil {
+		err = destination.CheckRequestHeaders(xa.Spec.Request.Headers)
+	}
 	if err == nil {
 		_, err = send.SuccessProgram(a.r.Exprs, xa)
 	}
