@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -311,18 +312,24 @@ func (a *active) share(ctx context.Context) *wait {
 }
 
 // room waits for room at the destination in the dispatcher (reason ConcurrencyLimited, written only when the
-// reason changes; a quiet variant looks again after requeue.NoRoom), before any token of its limits is spent.
+// reason changes), before any token of its limits is spent. The action parks in the destination's waiting room
+// (internal/waitroom), and a completion at the destination wakes the next waiter (ManagerDispatcher.deliver), in
+// round-robin order over namespaces; requeue.Room, jittered, is only the safety net. The wait has no predictable
+// end, so it sets no nextAttemptAt that would hold a woken action back.
 func (a *active) room(context.Context) *wait {
 	dest, d := a.f.dest, a.r.Dispatcher
+	nn := types.NamespacedName{Namespace: a.xa.Namespace, Name: a.xa.Name}
 	if d.HasRoom(dest.ID, a.xa.Namespace) {
+		a.r.parts.room.Leave(nn)
 		return nil
 	}
+	a.r.parts.room.Park(dest.ID, nn)
 	metrics.Delayed.WithLabelValues(dest.ID, actionsv1alpha1.ReasonConcurrencyLimited).Inc()
-	until := a.f.now.Add(requeue.NoRoom/2 + time.Duration(a.f.env.Rand()*float64(requeue.NoRoom)))
+	after := requeue.Room/2 + time.Duration(a.f.env.Rand()*float64(requeue.Room))
 	msg := fmt.Sprintf("waiting for destination %s (concurrency): %d request(s) in flight and %d queued",
 		dest.ID, d.InFlight(dest.ID), d.Queued(dest.ID))
-	return &wait{step: ledger.Delayed(&a.xa.Status, actionsv1alpha1.ReasonConcurrencyLimited, msg, until, a.f.env), destID: dest.ID,
-		quiet: requeue.NoRoom}
+	return &wait{step: ledger.Delayed(&a.xa.Status, actionsv1alpha1.ReasonConcurrencyLimited, msg, time.Time{}, a.f.env),
+		destID: dest.ID, after: after, quiet: after}
 }
 
 // outputTarget: an object in the place of spec.outputs' target that this action did not write holds the send

@@ -608,14 +608,19 @@ func Resolve(cur *actionsv1alpha1.ExternalActionStatus, decision, reason string,
 	return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Reason: actionsv1alpha1.ReasonResolved, Message: msg}}, nil
 }
 
-// Delayed marks the action as waiting on its destination (rate limit, pause or retry budget) until until.
-// It returns a write only when the reason changes, so a waiting action costs no write per poll.
+// Delayed marks the action as waiting on its destination (rate limit, pause or retry budget) until until, or,
+// with a zero until, for capacity whose return cannot be predicted (room in flight: the waiter is woken, and no
+// nextAttemptAt holds it back). It returns a write only when the reason changes, so a waiting action costs no
+// write per poll.
 func Delayed(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, until time.Time, env Env) Step {
 	if condReason(cur, actionsv1alpha1.ConditionReconciling, reason) {
 		return Step{Kind: KindWait, At: until}
 	}
 	st := cur.DeepCopy()
-	st.NextAttemptAt = PtrTime(until)
+	st.NextAttemptAt = nil
+	if !until.IsZero() {
+		st.NextAttemptAt = PtrTime(until)
+	}
 	phase := st.Phase
 	if phase == "" {
 		phase = actionsv1alpha1.PhasePending
