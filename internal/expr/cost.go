@@ -11,8 +11,10 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common"
+	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/decls"
 	"github.com/google/cel-go/common/functions"
+	"github.com/google/cel-go/common/overloads"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
@@ -73,8 +75,8 @@ var (
 var ErrTooExpensive = errors.New("expression is too expensive")
 
 // checkCost refuses ast when its estimated worst-case cost over sizes exceeds CostLimit.
-func checkCost(e *cel.Env, ast *cel.Ast, sizes Sizes) error {
-	est, err := e.EstimateCost(ast, &estimator{sizes: sizes})
+func checkCost(e *cel.Env, ast *cel.Ast, sizes Sizes, regexes map[string]int) error {
+	est, err := e.EstimateCost(ast, &estimator{sizes: sizes, regexes: regexes})
 	if err != nil {
 		return fmt.Errorf("estimating the cost of the expression: %w", err)
 	}
@@ -97,11 +99,18 @@ func costText(c uint64) string {
 
 // estimator is the static side of the cost model: the declared sizes of the response and the cost and result
 // size of the calls whose cost depends on their output.
-type estimator struct{ sizes Sizes }
+type estimator struct {
+	sizes Sizes
+	// regexes holds the instruction count of the program of each matches pattern of the expression
+	// (regexPatterns).
+	regexes map[string]int
+}
 
 // EstimateSize bounds the size of every value reachable from the response variable: the body and anything in
-// it by the body's size (a JSON list of n bytes holds at most n/2 elements, a string at most n characters), the
-// headers by maxHeaders entries of maxHeaderValueBytes.
+// it by the body's size in bytes (a string in it is at most that long, since the body is valid UTF-8 before it
+// is decoded, boundBody; a list holds at most half as many elements, but a path does not say whether it leads
+// to a list or a string, so both are bounded by the longer), the headers by maxHeaders entries of
+// maxHeaderValueBytes.
 func (e *estimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 	if t := n.Type(); t != nil && t.Kind() == types.TypeKind {
 		return &checker.SizeEstimate{Min: 1, Max: 1} // a type value (type(x) == int)
@@ -115,10 +124,8 @@ func (e *estimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 	switch {
 	case len(p) == 1:
 		max = 3
-	case p[1] == fieldBody && len(p) == 2:
-		max = b
 	case p[1] == fieldBody:
-		max = b / 2
+		max = b
 	case p[1] == fieldHeaders && len(p) == 2:
 		max = maxHeaders
 	case p[1] == fieldHeaders:
@@ -158,6 +165,19 @@ func (e *estimator) EstimateCallCost(function, overloadID string, target *checke
 		return &checker.CallEstimate{CostEstimate: cost.Add(s.MultiplyByCostFactor(perUnit)), ResultSize: &s}
 	}
 	switch overloadID {
+	case overloads.Matches, overloads.MatchesString:
+		// The pattern is a literal (regexPatterns): its program's size times the input's declared bytes.
+		insts := maxRegexInsts
+		if len(in) == 2 {
+			if l, ok := in[1].Expr().AsLiteral().(types.String); ok && in[1].Expr().Kind() == ast.LiteralKind {
+				if n, ok := e.regexes[string(l)]; ok {
+					insts = n
+				}
+			}
+		}
+		s := size(0)
+		return &checker.CallEstimate{CostEstimate: traverse(0, 1).Add(checker.CostEstimate{
+			Min: matchSteps(insts, s.Min), Max: matchSteps(insts, s.Max)})}
 	case "add_string", "add_bytes":
 		return result(traverse(0, 1), size(0).Add(size(1)), 1)
 	case "string_format":
@@ -171,7 +191,10 @@ func (e *estimator) EstimateCallCost(function, overloadID string, target *checke
 // CallCost is the runtime side of the cost model (interpreter.ActualCostEstimator): 1, plus the traversal of
 // the arguments, plus the allocation of the result. An operand that is the comprehension's accumulator (a
 // list being built in place) is not charged again: only what a step adds to it is.
-func (e *estimator) CallCost(function, _ string, args []ref.Val, result ref.Val) *uint64 {
+func (e *estimator) CallCost(function, overloadID string, args []ref.Val, result ref.Val) *uint64 {
+	if overloadID == overloads.Matches || overloadID == overloads.MatchesString {
+		return e.matchCost(args)
+	}
 	var read, alloc uint64
 	for _, a := range args {
 		switch function {

@@ -83,7 +83,11 @@ func uncheckedEval(t testing.TB, src string, value bool, body string) error {
 	if value {
 		sizes = ValueSizes
 	}
-	prg, err := e.Program(ast, programOptions(sizes)...)
+	regexes, err := regexPatterns(ast)
+	if err != nil {
+		regexes = nil // evaluated anyway: a pattern not compiled at admission
+	}
+	prg, err := e.Program(ast, programOptions(sizes, regexes)...)
 	if err != nil {
 		t.Fatal(err)
 	}
