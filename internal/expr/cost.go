@@ -192,7 +192,12 @@ func (e *estimator) EstimateCallCost(function, overloadID string, target *checke
 // the arguments, plus the allocation of the result. An operand that is the comprehension's accumulator (a
 // list being built in place) is not charged again: only what a step adds to it is.
 func (e *estimator) CallCost(function, overloadID string, args []ref.Val, result ref.Val) *uint64 {
-	if overloadID == overloads.Matches || overloadID == overloads.MatchesString {
+	if !priced(function, overloadID) {
+		// Never reached: TestEveryOverloadHasAPrice, and unpricedCall at compile.
+		c := uint64(CostLimit + 1)
+		return &c
+	}
+	if function == overloads.Matches {
 		return e.matchCost(args)
 	}
 	var read, alloc uint64

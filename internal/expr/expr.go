@@ -486,9 +486,9 @@ func DefaultSuccess(code int) bool {
 }
 
 // parse checks src's size, compiles it (parse and type-check) in the shared environment, checks the patterns
-// of matches (regexPatterns, whose program sizes it returns) and its estimated cost over sizes; errors are meant
-// for users (an empty or too long expression, the CEL message with line:column, a pattern refused, or
-// ErrTooExpensive).
+// of matches (regexPatterns, whose program sizes it returns), that every call has a price (unpricedCall) and its
+// estimated cost over sizes; errors are meant for users (an empty or too long expression, the CEL message with
+// line:column, a pattern refused, or ErrTooExpensive).
 func parse(src string, sizes Sizes) (*cel.Env, *cel.Ast, map[string]int, error) {
 	if strings.TrimSpace(src) == "" {
 		return nil, nil, nil, errors.New("expression is empty")
@@ -503,6 +503,9 @@ func parse(src string, sizes Sizes) (*cel.Env, *cel.Ast, map[string]int, error) 
 	ast, iss := e.Compile(src)
 	if iss.Err() != nil {
 		return nil, nil, nil, fmt.Errorf("invalid expression: %w", iss.Err())
+	}
+	if err := unpricedCall(ast); err != nil {
+		return nil, nil, nil, fmt.Errorf("invalid expression: %w", err)
 	}
 	regexes, err := regexPatterns(ast)
 	if err != nil {
