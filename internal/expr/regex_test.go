@@ -13,6 +13,50 @@ import (
 // ten times, which cel-go compiled on every call (+337 MiB for one evaluation).
 var row1 = `'a'.matches(['(?:a?){1000}']` + strings.Repeat(".map(x, x + x)", 10) + `[0])`
 
+// worstPredicateMatch and worstValueMatch are the most expensive matches calls admitted (TestMatchesWorstAdmitted):
+// the largest programs whose steps over the declared string stay within the budget.
+const (
+	worstPredicateMatch = `response.body.s.matches('(?:a?){1000}(?:a?){210}z')` // 2,423 instructions over 4 KiB
+	worstValueMatch     = `response.body.s.matches('(?:a?){17}z')`                // 37 instructions over 256 KiB
+)
+
+// matchShapes are the matches shapes BenchmarkBombHeap measures: the worst admitted calls over inputs they do not
+// match (the automaton runs over the whole string), and what the cost limit stops when the estimate is skipped.
+var matchShapes = []benchShape{
+	{"matches: worst admitted, 2,423 instructions over a 4 KiB string", worstPredicateMatch, false, stringBody(4088)},
+	{"matches: worst admitted output, 37 instructions over a 256 KiB string", worstValueMatch, true, stringBody(262_136)},
+	{"matches: 4,003 instructions over 250 KB (row 1's CPU variant, output)",
+		`response.body.s.matches('(?:a?){1000}(?:a?){1000}z')`, true, stringBody(250_000)},
+	{"matches: 30 calls of 203 instructions over 8 KB each (output)",
+		`response.body.l.exists(x, x.matches('(?:a?){100}z'))`, true,
+		`{"l":[` + strings.TrimSuffix(strings.Repeat(`"`+strings.Repeat("a", 8000)+`",`, 30), ",") + `]}`},
+}
+
+// The worst admitted matches calls are admitted, finish within the budget on the largest string they can see,
+// and one instruction more is refused.
+func TestMatchesWorstAdmitted(t *testing.T) {
+	if _, err := Compile(strings.Replace(worstPredicateMatch, "{210}", "{220}", 1)); !errors.Is(err, ErrTooExpensive) {
+		t.Errorf("a larger program over 4 KiB: %v, want ErrTooExpensive", err)
+	}
+	if _, err := CompileValue(strings.Replace(worstValueMatch, "{17}", "{18}", 1)); !errors.Is(err, ErrTooExpensive) {
+		t.Errorf("a larger program over 256 KiB: %v, want ErrTooExpensive", err)
+	}
+	p, err := Compile(worstPredicateMatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.Eval(jsonResp(200, stringBody(4088))); ok || err != nil {
+		t.Errorf("worst predicate = %v, %v; want false, nil", ok, err)
+	}
+	v, err := CompileValue(worstValueMatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := v.EvalString(context.Background(), jsonResp(200, stringBody(262_136))); s != "false" || err != nil {
+		t.Errorf("worst output = %q, %v; want false, nil", s, err)
+	}
+}
+
 // A pattern that is not a string literal is refused at compile, as a predicate and as an output value, with an
 // error that tells the user to write a literal (issue 40 row 1).
 func TestMatchesPatternMustBeALiteral(t *testing.T) {
@@ -154,5 +198,28 @@ func TestMatchesCompiledOnce(t *testing.T) {
 	// call, as cel-go's own matches does, about 320 KB.
 	if perEval := (after.TotalAlloc - before.TotalAlloc) / n; perEval > 100<<10 {
 		t.Errorf("%d bytes allocated per evaluation: the pattern is compiled per call", perEval)
+	}
+}
+
+// BenchmarkRefusedPatterns measures what refusing row 1's shapes at compile costs (alloc-B/op, ns/op): the
+// pattern built at evaluation, and a 16 KiB literal pattern, which is refused before its program is built.
+func BenchmarkRefusedPatterns(b *testing.B) {
+	for _, tc := range []struct{ name, src string }{
+		{"row 1: a pattern built at evaluation (predicate)", row1},
+		{"row 1: a 16 KiB literal pattern (output)",
+			`response.body.s.matches('` + strings.Repeat("(?:a?){1000}", (MaxSourceLength-40)/12) + `')`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			for b.Loop() {
+				if _, err := CompileValue(tc.src); err == nil {
+					b.Fatal("admitted")
+				}
+			}
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N), "alloc-B/op")
+		})
 	}
 }
