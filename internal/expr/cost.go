@@ -169,9 +169,11 @@ func (e *estimator) EstimateCallCost(function, overloadID string, target *checke
 		// The pattern is a literal (regexPatterns): its program's size times the input's declared bytes.
 		insts := maxRegexInsts
 		if len(in) == 2 {
-			if l, ok := in[1].Expr().AsLiteral().(types.String); ok && in[1].Expr().Kind() == ast.LiteralKind {
-				if n, ok := e.regexes[string(l)]; ok {
-					insts = n
+			if x := in[1].Expr(); x.Kind() == ast.LiteralKind {
+				if l, ok := x.AsLiteral().(types.String); ok {
+					if n, ok := e.regexes[string(l)]; ok {
+						insts = n
+					}
 				}
 			}
 		}

@@ -8,7 +8,9 @@
 //   - headers: map(string, string), header names lower-cased, multiple
 //     values of one header joined with ", ".
 //   - body: dyn, the parsed JSON value when the body is valid JSON, otherwise
-//     the body as a string (invalid UTF-8 replaced by U+FFFD).
+//     the body as a string. Invalid UTF-8 is replaced first (each run of
+//     invalid bytes by one U+FFFD), then the body is cut to its declared
+//     size, so no string in it is longer than that size.
 //
 // JSON integers that fit in an int64 are exposed as CEL int, other numbers as
 // double, so that both response.body.count == 3 and response.body.count + 1
@@ -16,8 +18,10 @@
 //
 // The environment has the CEL standard library, optional types
 // (response.body.?id.orValue(""), response.headers[?"etag"]) and the strings
-// extension (lowerAscii, split, trim, ...). It offers no I/O. Evaluation is
-// bounded by a cost limit and a wall-clock timeout.
+// extension (lowerAscii, split, trim, ...). It offers no I/O. Every function
+// has a price in the cost model (prices.go); the pattern of matches must be a
+// string literal, compiled once (regex.go). Evaluation is bounded by a cost
+// limit and a wall-clock timeout.
 package expr
 
 import (
