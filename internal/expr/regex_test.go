@@ -17,7 +17,7 @@ var row1 = `'a'.matches(['(?:a?){1000}']` + strings.Repeat(".map(x, x + x)", 10)
 // the largest programs whose steps over the declared string stay within the budget.
 const (
 	worstPredicateMatch = `response.body.s.matches('(?:a?){1000}(?:a?){210}z')` // 2,423 instructions over 4 KiB
-	worstValueMatch     = `response.body.s.matches('(?:a?){17}z')`                // 37 instructions over 256 KiB
+	worstValueMatch     = `response.body.s.matches('(?:a?){17}z')`              // 37 instructions over 256 KiB
 )
 
 // matchShapes are the matches shapes BenchmarkBombHeap measures: the worst admitted calls over inputs they do not
