@@ -86,3 +86,48 @@ func TestAnUnpricedFunctionIsRefused(t *testing.T) {
 		t.Errorf("size resolved at evaluation costs %d, want it priced", *c)
 	}
 }
+
+// Calls of every kind of rule, resolved at compile or only at evaluation (dyn arguments), are priced at
+// evaluation: none is charged as unpriced (which would be the cost limit).
+func TestPricedCallsRun(t *testing.T) {
+	body := `{"s":"Abc-1","n":3,"f":1.5,"l":["a","b"],"m":{"k":"v"},"t":"2026-01-02T03:04:05Z","d":"90s","b":true}`
+	for _, src := range []string{
+		`response.body.n + 1 == 4 && response.body.n * 2 - 1 == 5 && response.body.n / 2 == 1 && response.body.n % 2 == 1`,
+		`-response.body.f < 0.0 && response.body.f > 1 && response.body.f <= 1.5 && response.body.n >= 3u`,
+		`response.body.s.size() == 5 && size(response.body.l) == 2 && response.body.m.size() == 1`,
+		`response.body.s.contains('bc') && response.body.s.startsWith('A') && response.body.s.endsWith('1')`,
+		`'a' in response.body.l && 'k' in response.body.m && response.body.l[0] == 'a' && response.body.m['k'] == 'v'`,
+		`response.body.s.lowerAscii() == 'abc-1' && response.body.s.upperAscii() == 'ABC-1' && ' x '.trim() == 'x'`,
+		`response.body.s.charAt(0) == 'A' && response.body.s.indexOf('b') == 1 && response.body.s.lastIndexOf('c') == 2`,
+		`response.body.s.substring(1) == 'bc-1' && response.body.s.substring(1, 2) == 'b' && 'ab'.reverse() == 'ba'`,
+		`response.body.s.split('-').size() == 2 && response.body.l.join(',') == 'a,b' && response.body.s.replace('-', '') == 'Abc1'`,
+		`strings.quote(response.body.s) == '"Abc-1"'`,
+		`response.body.s.matches('^[A-Za-z]+-[0-9]$') && matches(response.body.s, '1$')`,
+		`string(response.body.n) == '3' && int('4') == 4 && double(response.body.n) == 3.0 && uint(response.body.n) == 3u`,
+		`bytes(response.body.s).size() == 5 && string(b'ab') == 'ab' && bool('true') && dyn(response.body.n) == 3`,
+		`timestamp(response.body.t).getFullYear() == 2026 && timestamp(response.body.t).getMonth() == 0 && timestamp(response.body.t).getDayOfMonth() == 1`,
+		`timestamp(response.body.t).getHours('UTC') == 3 && duration(response.body.d).getSeconds() == 90 && duration(response.body.d) + duration('1s') > duration('1m')`,
+		`timestamp(response.body.t) - timestamp(response.body.t) == duration('0s') && timestamp(response.body.t) + duration('1h') > timestamp(response.body.t)`,
+		`response.body.?s.hasValue() && response.body.?x.orValue('d') == 'd' && optional.of(1).value() == 1 && !optional.none().hasValue()`,
+		`response.body.l[?0].or(optional.of('z')).value() == 'a' && response.body.m[?'k'].hasValue() && optional.ofNonZeroValue('').orValue('e') == 'e'`,
+		`response.body.l.map(x, x) == ['a', 'b'] && response.body.l + ['c'] == ['a', 'b', 'c'] && type(response.body.n) == int`,
+		`response.body.l.exists(x, x == 'b') && response.body.l.all(x, x != 'z') && response.body.l.filter(x, x == 'a').size() == 1`,
+		`response.body.b ? !false : false`,
+		`[optional.of(1), optional.none()].unwrapOpt() == [1] && optional.unwrap([optional.of(2)]) == [2]`,
+		`response.body.l.first().value() == 'a' && response.body.l.last().value() == 'b'`,
+	} {
+		p, err := Compile(src)
+		if err != nil {
+			t.Errorf("%s: %v", src, err)
+			continue
+		}
+		if ok, err := p.Eval(jsonResp(200, body)); !ok || err != nil {
+			t.Errorf("%s = %v, %v; want true", src, ok, err)
+		}
+	}
+	// format's estimate is its largest result (maxStringBytes), so no expression calling it is admitted: its
+	// evaluation is checked without the estimate.
+	if err := uncheckedEval(t, `'%s/%d'.format([response.body.s, response.body.n]) == 'Abc-1/3'`, false, body); err != nil {
+		t.Errorf("format: %v", err)
+	}
+}
