@@ -490,9 +490,10 @@ func DefaultSuccess(code int) bool {
 }
 
 // parse checks src's size, compiles it (parse and type-check) in the shared environment, checks the patterns
-// of matches (regexPatterns, whose program sizes it returns), that every call has a price (unpricedCall) and its
-// estimated cost over sizes; errors are meant for users (an empty or too long expression, the CEL message with
-// line:column, a pattern refused, or ErrTooExpensive).
+// of matches (regexPatterns, whose program sizes it returns), that every call has a price (unpricedCall), the
+// iterations of its comprehensions (checkIterations) and its estimated cost over sizes; errors are meant for
+// users (an empty or too long expression, the CEL message with line:column, a pattern refused, or
+// ErrTooExpensive).
 func parse(src string, sizes Sizes) (*cel.Env, *cel.Ast, map[string]int, error) {
 	if strings.TrimSpace(src) == "" {
 		return nil, nil, nil, errors.New("expression is empty")
@@ -514,6 +515,9 @@ func parse(src string, sizes Sizes) (*cel.Env, *cel.Ast, map[string]int, error) 
 	regexes, err := regexPatterns(ast)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("invalid expression: %w", err)
+	}
+	if err := checkIterations(ast, sizes); err != nil {
+		return nil, nil, nil, err
 	}
 	if err := checkCost(e, ast, sizes, regexes); err != nil {
 		return nil, nil, nil, err
