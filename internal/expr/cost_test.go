@@ -2,8 +2,8 @@ package expr
 
 import (
 	"context"
-	"net/http"
 	"errors"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
