@@ -104,7 +104,7 @@ func regexInsts(pattern string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("the pattern of matches is not a valid RE2 pattern: %w", err)
 	}
-	if n := treeInsts(re, maxRegexInsts); n > maxRegexInsts {
+	if n := treeInsts(re, maxRegexInsts) + progOverhead; n > maxRegexInsts {
 		return 0, fmt.Errorf("%w: its program would have more than %d instructions, the limit; repeat less "+
 			"(x{1,63}, not (x{1,63}){100}) or match a smaller part of the response", errPatternTooLarge, maxRegexInsts)
 	}
@@ -119,8 +119,12 @@ func regexInsts(pattern string) (int, error) {
 	return len(prog.Inst), nil
 }
 
-// treeInsts bounds the program size of re as regexp/syntax's own size check does (a repetition counts its
-// copies), saturating just past limit.
+// progOverhead is what a program holds beside the pattern's own instructions: the fail instruction, the capture
+// of the whole match (two) and the match.
+const progOverhead = 4
+
+// treeInsts bounds the program size of re as regexp/syntax's own size check (calcSize) does, pessimistically (a
+// repetition counts its copies), saturating just past limit.
 func treeInsts(re *syntax.Regexp, limit int) int {
 	sat := func(n int) int { return min(n, limit+1) }
 	var n int
@@ -135,11 +139,19 @@ func treeInsts(re *syntax.Regexp, limit int) int {
 		for _, sub := range re.Sub {
 			n = sat(n + treeInsts(sub, limit))
 		}
-		n += len(re.Sub)
+		if re.Op == syntax.OpAlternate {
+			n += len(re.Sub) - 1
+		}
 	case syntax.OpRepeat:
 		sub := treeInsts(re.Sub[0], limit)
-		copies := max(re.Min, re.Max)
-		n = 2 + sat(copies*sub) + max(re.Max-re.Min, 0)
+		switch {
+		case re.Max == -1 && re.Min == 0:
+			n = 2 + sub // x*
+		case re.Max == -1:
+			n = 1 + sat(re.Min*sub) // xxx+
+		default:
+			n = sat(re.Max*sub) + re.Max - re.Min // x{2,5} = xx(x(x(x)?)?)?
+		}
 	}
 	return sat(max(n, 1))
 }
