@@ -28,8 +28,10 @@ const (
 	priceScalar price = "scalar"
 	// priceRead: a call that reads strings, bytes, lists or maps and produces a fixed-size value or one it reads
 	// (==, <, contains, startsWith, in, size, an index, a string parsed to a number): at compile cel-go's rule for
-	// the overload (the traversal of its arguments for ==, <, contains, startsWith, endsWith and in; 1 for the
-	// others); at evaluation CallCost's traversal of the arguments, 0.1 a byte and 1 an element.
+	// the overload (a comparison 0.1 per byte or element of the shorter operand, startsWith and endsWith 0.1 per
+	// byte of the prefix, contains the product of the two lengths, in a unit per element of a list; 1 for the
+	// others); at evaluation the same for comparisons, startsWith and endsWith (compareCost), else CallCost's
+	// traversal of the arguments, 0.1 a byte and 1 an element (size reads nothing).
 	priceRead price = "read"
 	// priceLogic: &&, ||, !, ?: and the comprehension's loop test: charged their arguments only (cel-go's rule,
 	// the cheaper branch at the least); CallCost charges 1.

@@ -1,6 +1,7 @@
 package expr
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -129,5 +130,31 @@ func TestPricedCallsRun(t *testing.T) {
 	// evaluation is checked without the estimate.
 	if err := uncheckedEval(t, `'%s/%d'.format([response.body.s, response.body.n]) == 'Abc-1/3'`, false, body); err != nil {
 		t.Errorf("format: %v", err)
+	}
+}
+
+// A call of the read rule is charged at evaluation as the estimate prices it (cel-go's rule for the overload):
+// equality and ordering by the shorter operand (a comparison stops there), startsWith and endsWith by the
+// prefix or suffix. Charging more at evaluation (both operands, the whole string,
+// every key) let an admitted expression reach the cost limit on a legal response, as issue 40 row 5 did.
+func TestReadCallsChargedAsEstimated(t *testing.T) {
+	long := strings.Repeat("a", 100_000)
+	body := `{"s":"` + long + `","t":"` + long + `"}`
+	repeat := func(term string, n int) string { return strings.TrimSuffix(strings.Repeat(term+" && ", n), " && ") }
+	for _, src := range []string{
+		repeat(`response.body.s.startsWith('a')`, 200),
+		repeat(`response.body.s.endsWith('a')`, 200),
+		repeat(`response.body.s == response.body.t`, 30),
+		repeat(`response.body.s >= response.body.t`, 30),
+		repeat(`response.body.s != 'b'`, 200),
+	} {
+		p, err := CompileValue(src)
+		if err != nil {
+			t.Errorf("%.60s...: %v, want it admitted", src, err)
+			continue
+		}
+		if s, err := p.EvalString(context.Background(), jsonResp(200, body)); s != "true" || err != nil {
+			t.Errorf("%.60s... = %q, %v; want true within the budget", src, s, err)
+		}
 	}
 }
