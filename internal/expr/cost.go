@@ -48,6 +48,8 @@ const (
 	// maxStringBytes caps the result of a call whose output can be much larger than its inputs (replace, join,
 	// format): the call is refused before it allocates. A larger result would pass CostLimit anyway.
 	maxStringBytes = CostLimit
+	// scalarTextBytes bounds the text of a number, bool, duration or timestamp (string(x)).
+	scalarTextBytes = 40
 	// maxHeaders and maxHeaderValueBytes bound what response.headers holds: the first maxHeaders header names
 	// in sorted order, each value cut to maxHeaderValueBytes, names longer than maxHeaderNameBytes left out.
 	maxHeaders          = 64
@@ -182,6 +184,21 @@ func (e *estimator) EstimateCallCost(function, overloadID string, target *checke
 			Min: matchSteps(insts, s.Min), Max: matchSteps(insts, s.Max)})}
 	case "add_string", "add_bytes":
 		return result(traverse(0, 1), size(0).Add(size(1)), 1)
+	case "string_to_bool", "string_to_double", "string_to_duration", "string_to_int64", "string_to_timestamp",
+		"string_to_uint64":
+		// A string parsed: its traversal, as CallCost charges it (cel-go's rule charges 1).
+		return &checker.CallEstimate{CostEstimate: traverse(0)}
+	case "string_to_bytes", "bytes_to_string", "string_to_string", "bytes_to_bytes":
+		// The same bytes, charged as a new value (CallCost charges a bytes result, and a string that is not
+		// its argument, by its length).
+		return result(traverse(0), size(0), 1)
+	case "strings_quote":
+		// Each character escaped in two bytes, or an invalid byte made U+FFFD (three), and the quotes.
+		return result(traverse(0), checker.SizeEstimate{Min: size(0).Min + 2, Max: 3*size(0).Max + 2}, 1)
+	case "bool_to_string", "double_to_string", "duration_to_string", "int64_to_string", "timestamp_to_string",
+		"uint64_to_string":
+		// A number, duration or timestamp written out: at most scalarTextBytes.
+		return result(traverse(0), checker.SizeEstimate{Min: 1, Max: scalarTextBytes}, 1)
 	case "string_format":
 		// Refused at evaluation past maxStringBytes (guarded); the strings extension's own estimators cover
 		// its other calls (split, replace, join, ...) with their result sizes.
@@ -234,7 +251,7 @@ func (e *estimator) CallCost(function, overloadID string, args []ref.Val, result
 // charges less than reading every argument, as that estimate charges them: a comparison 0.1 per byte or element
 // of the shorter operand (it stops there: lengths differ, or the first difference), startsWith and endsWith
 // 0.1 per byte of the prefix or suffix. Charging more here than the estimate would let an admitted expression
-// reach the cost limit on a legal response (TestReadCallsChargedAsEstimated).
+// reach the cost limit on a legal response (TestCallsChargedAsEstimated).
 func compareCost(function string, args []ref.Val) (uint64, bool) {
 	var n uint64
 	switch function {

@@ -133,11 +133,12 @@ func TestPricedCallsRun(t *testing.T) {
 	}
 }
 
-// A call of the read rule is charged at evaluation as the estimate prices it (cel-go's rule for the overload):
-// equality and ordering by the shorter operand (a comparison stops there), startsWith and endsWith by the
-// prefix or suffix. Charging more at evaluation (both operands, the whole string,
-// every key) let an admitted expression reach the cost limit on a legal response, as issue 40 row 5 did.
-func TestReadCallsChargedAsEstimated(t *testing.T) {
+// A call is charged at evaluation no more than the estimate prices it: equality and ordering by the shorter
+// operand (a comparison stops there), startsWith and endsWith by the prefix or suffix, a conversion by the value
+// it makes. Charging more at evaluation than at compile (both operands, the whole string; a conversion's new
+// bytes, which cel-go's rule leaves out) let an admitted expression reach the cost limit on a legal response,
+// as issue 40 row 5 did.
+func TestCallsChargedAsEstimated(t *testing.T) {
 	long := strings.Repeat("a", 100_000)
 	body := `{"s":"` + long + `","t":"` + long + `"}`
 	repeat := func(term string, n int) string { return strings.TrimSuffix(strings.Repeat(term+" && ", n), " && ") }
@@ -147,6 +148,9 @@ func TestReadCallsChargedAsEstimated(t *testing.T) {
 		repeat(`response.body.s == response.body.t`, 30),
 		repeat(`response.body.s >= response.body.t`, 30),
 		repeat(`response.body.s != 'b'`, 200),
+		repeat(`bytes(response.body.s).size() > 0`, 3),
+		repeat(`string(bytes(response.body.s)).size() > 0`, 1),
+		repeat(`strings.quote(response.body.s).size() > 0`, 1),
 	} {
 		p, err := CompileValue(src)
 		if err != nil {
