@@ -9,8 +9,10 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/common"
+	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/decls"
 	"github.com/google/cel-go/common/functions"
+	"github.com/google/cel-go/common/overloads"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
@@ -44,6 +46,8 @@ const (
 	// maxStringBytes caps the result of a call whose output can be much larger than its inputs (replace, join,
 	// format): the call is refused before it allocates. A larger result would pass CostLimit anyway.
 	maxStringBytes = CostLimit
+	// scalarTextBytes bounds the text of a number, bool, duration or timestamp (string(x)).
+	scalarTextBytes = 40
 	// maxHeaders and maxHeaderValueBytes bound what response.headers holds: the first maxHeaders header names
 	// in sorted order, each value cut to maxHeaderValueBytes, names longer than maxHeaderNameBytes left out.
 	maxHeaders          = 64
@@ -71,8 +75,8 @@ var (
 var ErrTooExpensive = errors.New("expression is too expensive")
 
 // checkCost refuses ast when its estimated worst-case cost over sizes exceeds CostLimit.
-func checkCost(e *cel.Env, ast *cel.Ast, sizes Sizes) error {
-	est, err := e.EstimateCost(ast, &estimator{sizes: sizes})
+func checkCost(e *cel.Env, ast *cel.Ast, sizes Sizes, regexes map[string]int) error {
+	est, err := e.EstimateCost(ast, &estimator{sizes: sizes, regexes: regexes})
 	if err != nil {
 		return fmt.Errorf("estimating the cost of the expression: %w", err)
 	}
@@ -95,11 +99,18 @@ func costText(c uint64) string {
 
 // estimator is the static side of the cost model: the declared sizes of the response and the cost and result
 // size of the calls whose cost depends on their output.
-type estimator struct{ sizes Sizes }
+type estimator struct {
+	sizes Sizes
+	// regexes holds the instruction count of the program of each matches pattern of the expression
+	// (regexPatterns).
+	regexes map[string]int
+}
 
 // EstimateSize bounds the size of every value reachable from the response variable: the body and anything in
-// it by the body's size (a JSON list of n bytes holds at most n/2 elements, a string at most n characters), the
-// headers by maxHeaders entries of maxHeaderValueBytes.
+// it by the body's size in bytes (a string in it is at most that long, since the body is valid UTF-8 before it
+// is decoded, boundBody; a list holds at most half as many elements, but a path does not say whether it leads
+// to a list or a string, so both are bounded by the longer), the headers by maxHeaders entries of
+// maxHeaderValueBytes.
 func (e *estimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 	if t := n.Type(); t != nil && t.Kind() == types.TypeKind {
 		return &checker.SizeEstimate{Min: 1, Max: 1} // a type value (type(x) == int)
@@ -113,10 +124,8 @@ func (e *estimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 	switch {
 	case len(p) == 1:
 		max = 3
-	case p[1] == fieldBody && len(p) == 2:
-		max = b
 	case p[1] == fieldBody:
-		max = b / 2
+		max = b
 	case p[1] == fieldHeaders && len(p) == 2:
 		max = maxHeaders
 	case p[1] == fieldHeaders:
@@ -156,8 +165,38 @@ func (e *estimator) EstimateCallCost(function, overloadID string, target *checke
 		return &checker.CallEstimate{CostEstimate: cost.Add(s.MultiplyByCostFactor(perUnit)), ResultSize: &s}
 	}
 	switch overloadID {
+	case overloads.Matches, overloads.MatchesString:
+		// The pattern is a literal (regexPatterns): its program's size times the input's declared bytes.
+		insts := maxRegexInsts
+		if len(in) == 2 {
+			if x := in[1].Expr(); x.Kind() == ast.LiteralKind {
+				if l, ok := x.AsLiteral().(types.String); ok {
+					if n, ok := e.regexes[string(l)]; ok {
+						insts = n
+					}
+				}
+			}
+		}
+		s := size(0)
+		return &checker.CallEstimate{CostEstimate: traverse(0, 1).Add(checker.CostEstimate{
+			Min: matchSteps(insts, s.Min), Max: matchSteps(insts, s.Max)})}
 	case "add_string", "add_bytes":
 		return result(traverse(0, 1), size(0).Add(size(1)), 1)
+	case "string_to_bool", "string_to_double", "string_to_duration", "string_to_int64", "string_to_timestamp",
+		"string_to_uint64":
+		// A string parsed: its traversal, as CallCost charges it (cel-go's rule charges 1).
+		return &checker.CallEstimate{CostEstimate: traverse(0)}
+	case "string_to_bytes", "bytes_to_string", "string_to_string", "bytes_to_bytes":
+		// The same bytes, charged as a new value (CallCost charges a bytes result, and a string that is not
+		// its argument, by its length).
+		return result(traverse(0), size(0), 1)
+	case "strings_quote":
+		// Each character escaped in two bytes, or an invalid byte made U+FFFD (three), and the quotes.
+		return result(traverse(0), checker.SizeEstimate{Min: size(0).Min + 2, Max: 3*size(0).Max + 2}, 1)
+	case "bool_to_string", "double_to_string", "duration_to_string", "int64_to_string", "timestamp_to_string",
+		"uint64_to_string":
+		// A number, duration or timestamp written out: at most scalarTextBytes.
+		return result(traverse(0), checker.SizeEstimate{Min: 1, Max: scalarTextBytes}, 1)
 	case "string_format":
 		// Refused at evaluation past maxStringBytes (guarded); the strings extension's own estimators cover
 		// its other calls (split, replace, join, ...) with their result sizes.
@@ -169,7 +208,18 @@ func (e *estimator) EstimateCallCost(function, overloadID string, target *checke
 // CallCost is the runtime side of the cost model (interpreter.ActualCostEstimator): 1, plus the traversal of
 // the arguments, plus the allocation of the result. An operand that is the comprehension's accumulator (a
 // list being built in place) is not charged again: only what a step adds to it is.
-func (e *estimator) CallCost(function, _ string, args []ref.Val, result ref.Val) *uint64 {
+func (e *estimator) CallCost(function, overloadID string, args []ref.Val, result ref.Val) *uint64 {
+	if !priced(function, overloadID) {
+		// Never reached: TestEveryOverloadHasAPrice, and unpricedCall at compile.
+		c := uint64(CostLimit + 1)
+		return &c
+	}
+	if function == overloads.Matches {
+		return e.matchCost(args)
+	}
+	if c, ok := compareCost(function, args); ok {
+		return &c
+	}
 	var read, alloc uint64
 	for _, a := range args {
 		switch function {
@@ -193,6 +243,44 @@ func (e *estimator) CallCost(function, _ string, args []ref.Val, result ref.Val)
 	}
 	c := 1 + uint64(math.Ceil(float64(read)*traversalPerByte)) + alloc
 	return &c
+}
+
+// compareCost is the runtime cost of the calls of the read rule whose estimate (cel-go's rule for the overload)
+// charges less than reading every argument, as that estimate charges them: a comparison 0.1 per byte or element
+// of the shorter operand (it stops there: lengths differ, or the first difference), startsWith and endsWith
+// 0.1 per byte of the prefix or suffix. Charging more here than the estimate would let an admitted expression
+// reach the cost limit on a legal response (TestCallsChargedAsEstimated).
+func compareCost(function string, args []ref.Val) (uint64, bool) {
+	var n uint64
+	switch function {
+	case "_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_":
+		if len(args) != 2 {
+			return 0, false
+		}
+		n = min(compareSize(args[0]), compareSize(args[1]))
+	case "startsWith", "endsWith":
+		if len(args) != 2 {
+			return 0, false
+		}
+		n = compareSize(args[1])
+	default:
+		return 0, false
+	}
+	return 1 + uint64(math.Ceil(float64(n)*traversalPerByte)), true
+}
+
+// compareSize is v's size as cel-go's comparison estimate counts it: the bytes of a string or bytes value, the
+// elements of a list or map, 1 otherwise.
+func compareSize(v ref.Val) uint64 {
+	switch t := v.(type) {
+	case types.String:
+		return uint64(len(t))
+	case types.Bytes:
+		return uint64(len(t))
+	case traits.Lister, traits.Mapper:
+		return sizeOf(v)
+	}
+	return 1
 }
 
 // traversal is what reading v costs before the per-byte factor: the bytes of a string, ten per element of

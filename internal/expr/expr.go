@@ -8,7 +8,9 @@
 //   - headers: map(string, string), header names lower-cased, multiple
 //     values of one header joined with ", ".
 //   - body: dyn, the parsed JSON value when the body is valid JSON, otherwise
-//     the body as a string (invalid UTF-8 replaced by U+FFFD).
+//     the body as a string. Invalid UTF-8 is replaced first (each run of
+//     invalid bytes by one U+FFFD), then the body is cut to its declared
+//     size, so no string in it is longer than that size.
 //
 // JSON integers that fit in an int64 are exposed as CEL int, other numbers as
 // double, so that both response.body.count == 3 and response.body.count + 1
@@ -16,8 +18,10 @@
 //
 // The environment has the CEL standard library, optional types
 // (response.body.?id.orValue(""), response.headers[?"etag"]) and the strings
-// extension (lowerAscii, split, trim, ...). It offers no I/O. Evaluation is
-// bounded by a cost limit and a wall-clock timeout.
+// extension (lowerAscii, split, trim, ...). It offers no I/O. Every function
+// has a price in the cost model (prices.go); the pattern of matches must be a
+// string literal, compiled once (regex.go). Evaluation is bounded by a cost
+// limit and a wall-clock timeout.
 package expr
 
 import (
@@ -117,11 +121,12 @@ var env = sync.OnceValues(func() (*cel.Env, error) {
 	return base.Extend(append(guards, costEnvOptions()...)...)
 })
 
-// programOptions are the options of every program: the cost model charged at evaluation (CallCost) under
-// CostLimit.
-func programOptions(sizes Sizes) []cel.ProgramOption {
+// programOptions are the options of every program: the patterns of matches compiled once (regexes holds
+// their program sizes), the cost model charged at evaluation (CallCost) under CostLimit.
+func programOptions(sizes Sizes, regexes map[string]int) []cel.ProgramOption {
 	return []cel.ProgramOption{
-		cel.CostTracking(&estimator{sizes: sizes}),
+		regexOptimization,
+		cel.CostTracking(&estimator{sizes: sizes, regexes: regexes}),
 		cel.CostTrackerOptions(costTrackerOptions()...),
 		cel.CostLimit(CostLimit),
 		cel.InterruptCheckFrequency(interruptCheckFrequency),
@@ -136,7 +141,7 @@ func programOptions(sizes Sizes) []cel.ProgramOption {
 //
 // and an expression whose estimated cost over PredicateSizes exceeds CostLimit is refused (ErrTooExpensive).
 func Compile(src string) (*Program, error) {
-	e, ast, err := parse(src, PredicateSizes)
+	e, ast, regexes, err := parse(src, PredicateSizes)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +150,7 @@ func Compile(src string) (*Program, error) {
 	default:
 		return nil, fmt.Errorf("expression must be a boolean expression, got %s", t)
 	}
-	prg, err := e.Program(ast, programOptions(PredicateSizes)...)
+	prg, err := e.Program(ast, programOptions(PredicateSizes, regexes)...)
 	if err != nil {
 		return nil, fmt.Errorf("invalid expression: %w", err)
 	}
@@ -185,18 +190,29 @@ func (p *Program) EvalContext(ctx context.Context, r Response) (ok bool, err err
 }
 
 // activation returns the value of the response variable for r: a map with
-// statusCode, headers and body, within sizes: the body cut to sizes.BodyBytes (a cut JSON body is then a
-// string), the headers bounded as headerMap says.
+// statusCode, headers and body, within sizes: the body made valid UTF-8 and cut to sizes.BodyBytes (boundBody; a
+// cut JSON body is then a string), the headers bounded as headerMap says.
 func activation(r Response, sizes Sizes) map[string]any {
-	body := r.Body
-	if len(body) > sizes.BodyBytes {
-		body = []byte(cutUTF8(string(body), sizes.BodyBytes))
-	}
+	body := boundBody(r.Body, sizes.BodyBytes)
 	return map[string]any{
 		"statusCode": int64(r.StatusCode),
 		fieldHeaders: headerMap(r.Header),
 		fieldBody:    parseBody(body),
 	}
+}
+
+// boundBody is b as an expression sees it: valid UTF-8 (each run of invalid bytes replaced by one U+FFFD) cut
+// on a UTF-8 boundary to at most n bytes. The replacement comes first, so that nothing decoded from the body
+// grows past n: the JSON decoder turns each invalid byte of a string into U+FFFD (3 bytes), and a 4 KiB body of
+// them would give a 12 KiB string where the cost estimate assumes 4 KiB (issue 40 row 5).
+func boundBody(b []byte, n int) []byte {
+	if !utf8.Valid(b) {
+		b = []byte(strings.ToValidUTF8(string(b), string(utf8.RuneError)))
+	}
+	if len(b) > n {
+		b = []byte(cutUTF8(string(b), n))
+	}
+	return b
 }
 
 // headerMap is h as CEL sees it: names lower-cased (names that differ only by case merged), the values of one
@@ -298,11 +314,11 @@ func (p *ValueProgram) Source() string { return p.src }
 // Compile, over a response of ValueSizes. Errors are meant for users, as Compile's are (an expression too
 // expensive over ValueSizes is refused, ErrTooExpensive).
 func CompileValue(src string) (*ValueProgram, error) {
-	e, ast, err := parse(src, ValueSizes)
+	e, ast, regexes, err := parse(src, ValueSizes)
 	if err != nil {
 		return nil, err
 	}
-	prg, err := e.Program(ast, programOptions(ValueSizes)...)
+	prg, err := e.Program(ast, programOptions(ValueSizes, regexes)...)
 	if err != nil {
 		return nil, fmt.Errorf("invalid expression: %w", err)
 	}
@@ -475,26 +491,38 @@ func DefaultSuccess(code int) bool {
 	return code >= 200 && code <= 299
 }
 
-// parse checks src's size, compiles it (parse and type-check) in the shared environment and checks its
-// estimated cost over sizes; errors are meant for users (an empty or too long expression, the CEL message with
-// line:column, or ErrTooExpensive).
-func parse(src string, sizes Sizes) (*cel.Env, *cel.Ast, error) {
+// parse checks src's size, compiles it (parse and type-check) in the shared environment, checks the patterns
+// of matches (regexPatterns, whose program sizes it returns), that every call has a price (unpricedCall), the
+// iterations of its comprehensions (checkIterations) and its estimated cost over sizes; errors are meant for
+// users (an empty or too long expression, the CEL message with line:column, a pattern refused, or
+// ErrTooExpensive).
+func parse(src string, sizes Sizes) (*cel.Env, *cel.Ast, map[string]int, error) {
 	if strings.TrimSpace(src) == "" {
-		return nil, nil, errors.New("expression is empty")
+		return nil, nil, nil, errors.New("expression is empty")
 	}
 	if len(src) > MaxSourceLength {
-		return nil, nil, fmt.Errorf("expression is too long: %d bytes, limit %d", len(src), MaxSourceLength)
+		return nil, nil, nil, fmt.Errorf("expression is too long: %d bytes, limit %d", len(src), MaxSourceLength)
 	}
 	e, err := env()
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating CEL environment: %w", err)
+		return nil, nil, nil, fmt.Errorf("creating CEL environment: %w", err)
 	}
 	ast, iss := e.Compile(src)
 	if iss.Err() != nil {
-		return nil, nil, fmt.Errorf("invalid expression: %w", iss.Err())
+		return nil, nil, nil, fmt.Errorf("invalid expression: %w", iss.Err())
 	}
-	if err := checkCost(e, ast, sizes); err != nil {
-		return nil, nil, err
+	if err := unpricedCall(ast); err != nil {
+		return nil, nil, nil, fmt.Errorf("invalid expression: %w", err)
 	}
-	return e, ast, nil
+	regexes, err := regexPatterns(ast)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("invalid expression: %w", err)
+	}
+	if err := checkIterations(ast, sizes); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := checkCost(e, ast, sizes, regexes); err != nil {
+		return nil, nil, nil, err
+	}
+	return e, ast, regexes, nil
 }
