@@ -16,7 +16,10 @@ limitations under the License.
 
 package v1alpha1
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Routing-override headers (issue 40 row 7). Proxies, gateways and web frameworks in front of a provider route,
 // rewrite or authorize a request by these headers (X-Original-URL and X-Rewrite-URL replace the path, X-Forwarded-
@@ -43,10 +46,8 @@ var (
 // one of RoutingHeaderPrefixes.
 func RoutingHeader(name string) bool {
 	n := strings.ToLower(name)
-	for _, h := range RoutingHeaders {
-		if n == h {
-			return true
-		}
+	if slices.Contains(RoutingHeaders, n) {
+		return true
 	}
 	for _, p := range RoutingHeaderPrefixes {
 		if strings.HasPrefix(n, p) {

@@ -44,7 +44,7 @@ func TestMissingServiceAccountIsNeverImpersonated(t *testing.T) {
 	env.Create(t, envtestutil.Action(ns, "pay-1", "payments", "/charges", `{"amount":1}`))
 
 	want := fmt.Sprintf("ServiceAccount %s/no-such-sa, which does not exist", ns)
-	xa := env.WaitFor(t, ns, "pay-1", 30*time.Second, "SecretNotAllowed for a missing ServiceAccount", func(x *actionsv1alpha1.ExternalAction) bool {
+	env.WaitFor(t, ns, "pay-1", 30*time.Second, "SecretNotAllowed for a missing ServiceAccount", func(x *actionsv1alpha1.ExternalAction) bool {
 		c := meta.FindStatusCondition(x.Status.Conditions, actionsv1alpha1.ConditionStalled)
 		return c != nil && c.Reason == actionsv1alpha1.ReasonSecretNotAllowed && strings.Contains(c.Message, want)
 	})
@@ -52,7 +52,7 @@ func TestMissingServiceAccountIsNeverImpersonated(t *testing.T) {
 	envtestutil.Consistently(t, 2*time.Second, envtestutil.Say("a request sent as a missing ServiceAccount"), func() bool {
 		return srv.Summary().Requests == 0
 	})
-	if xa = env.Get(t, ns, "pay-1"); xa.Status.Attempts != 0 || xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
+	if xa := env.Get(t, ns, "pay-1"); xa.Status.Attempts != 0 || xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
 		t.Fatalf("attempts %d, phase %s: want nothing sent", xa.Status.Attempts, xa.Status.Phase)
 	}
 	assertNoSecret(t, ns, "pay-1", token)

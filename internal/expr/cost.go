@@ -12,6 +12,7 @@ import (
 	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/decls"
 	"github.com/google/cel-go/common/functions"
+	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/common/overloads"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -74,9 +75,9 @@ var (
 // ErrTooExpensive marks an expression refused at compile because its estimated cost exceeds CostLimit.
 var ErrTooExpensive = errors.New("expression is too expensive")
 
-// checkCost refuses ast when its estimated worst-case cost over sizes exceeds CostLimit.
-func checkCost(e *cel.Env, ast *cel.Ast, sizes Sizes, regexes map[string]int) error {
-	est, err := e.EstimateCost(ast, &estimator{sizes: sizes, regexes: regexes})
+// checkCost refuses checked when its estimated worst-case cost over sizes exceeds CostLimit.
+func checkCost(e *cel.Env, checked *cel.Ast, sizes Sizes, regexes map[string]int) error {
+	est, err := e.EstimateCost(checked, &estimator{sizes: sizes, regexes: regexes})
 	if err != nil {
 		return fmt.Errorf("estimating the cost of the expression: %w", err)
 	}
@@ -197,7 +198,7 @@ func (e *estimator) EstimateCallCost(function, overloadID string, target *checke
 		"uint64_to_string":
 		// A number, duration or timestamp written out: at most scalarTextBytes.
 		return result(traverse(0), checker.SizeEstimate{Min: 1, Max: scalarTextBytes}, 1)
-	case "string_format":
+	case overloadStringFormat:
 		// Refused at evaluation past maxStringBytes (guarded); the strings extension's own estimators cover
 		// its other calls (split, replace, join, ...) with their result sizes.
 		return result(traverse(0, 1), checker.SizeEstimate{Max: maxStringBytes}, 1)
@@ -223,7 +224,7 @@ func (e *estimator) CallCost(function, overloadID string, args []ref.Val, result
 	var read, alloc uint64
 	for _, a := range args {
 		switch function {
-		case "_+_":
+		case operators.Add:
 			// A list concatenation is a view of its operands: charged below by what it adds.
 			if isList(a) {
 				continue
@@ -234,7 +235,7 @@ func (e *estimator) CallCost(function, overloadID string, args []ref.Val, result
 		read += traversal(a)
 	}
 	switch {
-	case function == "_+_" && isList(result):
+	case function == operators.Add && isList(result):
 		if len(args) == 2 {
 			alloc = elementCost * sizeOf(args[1])
 		}
@@ -398,7 +399,7 @@ var guarded = map[string]func(args []ref.Val) uint64{
 	},
 	"list_join":        func(a []ref.Val) uint64 { return joinBound(a[0], types.String("")) },
 	"list_join_string": func(a []ref.Val) uint64 { return joinBound(a[0], a[1]) },
-	"string_format": func(a []ref.Val) uint64 {
+	overloadStringFormat: func(a []ref.Val) uint64 {
 		s, _ := a[0].(types.String)
 		return 2*uint64(len(s)) + valueBound(a[1], maxStringBytes)
 	},
@@ -511,7 +512,7 @@ func guardedOverloads(e *cel.Env) ([]cel.EnvOption, error) {
 var errTooLarge = types.NewErr("operation cancelled: actual cost limit exceeded (a result over %d bytes)", maxStringBytes)
 
 // guardedOverload is the overload of b, with its declaration from decls, checking bound first.
-func guardedOverload(overloads []*decls.OverloadDecl, b *functions.Overload, bound func([]ref.Val) uint64) cel.FunctionOpt {
+func guardedOverload(decl []*decls.OverloadDecl, b *functions.Overload, bound func([]ref.Val) uint64) cel.FunctionOpt {
 	impl := func(args ...ref.Val) ref.Val {
 		if bound(args) > maxStringBytes {
 			return errTooLarge
@@ -526,7 +527,7 @@ func guardedOverload(overloads []*decls.OverloadDecl, b *functions.Overload, bou
 		}
 		return types.NewErr("no implementation of %s", b.Operator)
 	}
-	for _, d := range overloads {
+	for _, d := range decl {
 		if d.ID() != b.Operator {
 			continue
 		}
@@ -538,3 +539,6 @@ func guardedOverload(overloads []*decls.OverloadDecl, b *functions.Overload, bou
 	}
 	return func(f *decls.FunctionDecl) (*decls.FunctionDecl, error) { return f, nil }
 }
+
+// overloadStringFormat is the overload id of the strings extension's format.
+const overloadStringFormat = "string_format"

@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/common/types"
 )
 
@@ -100,13 +101,13 @@ func rangeBound(e celast.Expr, sizes Sizes) uint64 {
 	case celast.ListKind:
 		return uint64(len(e.AsList().Elements()))
 	case celast.MapKind:
-		return uint64(e.AsMap().Size())
+		return uint64(max(e.AsMap().Size(), 0))
 	case celast.ComprehensionKind:
 		return rangeBound(e.AsComprehension().IterRange(), sizes)
 	case celast.CallKind:
 		c := e.AsCall()
 		switch {
-		case c.FunctionName() == "_+_" && len(c.Args()) == 2:
+		case c.FunctionName() == operators.Add && len(c.Args()) == 2:
 			return rangeBound(c.Args()[0], sizes) + rangeBound(c.Args()[1], sizes)
 		case c.FunctionName() == "split" && c.IsMemberFunction():
 			return stringBound(c.Target(), sizes)

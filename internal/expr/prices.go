@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"sync"
 
 	"github.com/google/cel-go/cel"
@@ -117,7 +116,7 @@ var pricedOverloads = map[price][]string{
 		"string_substring_int_int", "string_trim", "string_upper_ascii",
 	},
 	priceGuarded: {
-		"list_join", "list_join_string", "string_format", "string_replace_string_string",
+		"list_join", "list_join_string", overloadStringFormat, "string_replace_string_string",
 		"string_replace_string_string_int",
 	},
 	priceSplit: {
@@ -149,7 +148,7 @@ func unpricedOverloads(e *cel.Env) []string {
 			}
 		}
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }
 

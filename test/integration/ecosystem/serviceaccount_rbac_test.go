@@ -47,7 +47,7 @@ func TestRenderedRBACChecksTheServiceAccount(t *testing.T) {
 	}
 
 	tenant := env.Namespace(t)
-	env.Create(t, &corev1.Secret{ObjectMeta: metaNS(tenant, "tok"), StringData: map[string]string{"token": "rbac-sa-test-token-1"}})
+	env.Create(t, &corev1.Secret{ObjectMeta: metaNS(tenant, "tok"), StringData: map[string]string{"token": "rbac-sa-test-token-1"}}) //nolint:gosec // G101: a test value
 	env.Create(t, &corev1.ServiceAccount{ObjectMeta: metaNS(tenant, "sender")})
 	env.Create(t, &rbacv1.Role{ObjectMeta: metaNS(tenant, "read-tok"), Rules: []rbacv1.PolicyRule{{
 		APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"tok"}, Verbs: []string{"get"},
