@@ -52,6 +52,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "gateway" {
 		os.Exit(gatewayCmd(os.Args[2:], os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "uninstall" {
+		os.Exit(uninstallCmd(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	os.Exit(run())
 }
 
