@@ -101,7 +101,7 @@ func TestAPIServerAddressesWithoutEndpointSlice(t *testing.T) {
 		log: logr.New(sink)}
 	a.refresh(context.Background())
 	a.refresh(context.Background())
-	if want := addrs("127.0.0.1", "10.96.0.1"); !slices.Equal(p.APIServer(), want) {
+	if want := addrs("10.96.0.1", "127.0.0.1"); !slices.Equal(p.APIServer(), want) {
 		t.Errorf("APIServer() = %v, want %v", p.APIServer(), want)
 	}
 	if sink.errors != 0 {
