@@ -158,11 +158,17 @@ func stopManager(ctx context.Context, o Options) (int32, error) {
 		if err := o.Client.List(ctx, pods, client.InNamespace(o.Manager.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 			return replicas, fmt.Errorf("listing the manager's pods: %w", err)
 		}
-		if len(pods.Items) == 0 {
+		left := 0
+		for i := range pods.Items {
+			if ownedBy(&pods.Items[i], d.Name) {
+				left++
+			}
+		}
+		if left == 0 {
 			return replicas, nil
 		}
 		if time.Now().After(deadline) {
-			return replicas, fmt.Errorf("the manager's %d pod(s) did not stop within %s", len(pods.Items), o.StopTimeout)
+			return replicas, fmt.Errorf("the manager's %d pod(s) did not stop within %s", left, o.StopTimeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -170,6 +176,18 @@ func stopManager(ctx context.Context, o Options) (int32, error) {
 		case <-time.After(o.Poll):
 		}
 	}
+}
+
+// ownedBy reports whether pod belongs to the Deployment named deployment: its ReplicaSet is "<deployment>-<its
+// pod-template-hash>". Another Deployment whose selector the pod matches as well (a second manager copied from the
+// chart's, with one more label) is not this one.
+func ownedBy(pod *corev1.Pod, deployment string) bool {
+	for _, ref := range pod.OwnerReferences {
+		if ref.Kind == "ReplicaSet" && ref.Name == deployment+"-"+pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey] {
+			return true
+		}
+	}
+	return false
 }
 
 func scale(ctx context.Context, c client.Client, d *appsv1.Deployment, n int32) error {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -98,5 +99,20 @@ func TestRunWithoutManager(t *testing.T) {
 	rep, err := Run(context.Background(), Options{Client: c, Manager: types.NamespacedName{Namespace: "x", Name: "gone"}})
 	if err != nil || rep.Released != 1 || rep.Tombstones != 1 {
 		t.Errorf("Run = %+v, %v; want 1 released with its tombstone (default TTL: its destination is gone)", rep, err)
+	}
+}
+
+// A pod counts as the manager's when its ReplicaSet is the manager Deployment's; a second Deployment's pod that the
+// selector matches as well does not.
+func TestOwnedBy(t *testing.T) {
+	pod := func(rs, hash string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"pod-template-hash": hash},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: rs}}}}
+	}
+	if !ownedBy(pod("actionledger-controller-manager-7b4fc7b7d", "7b4fc7b7d"), "actionledger-controller-manager") {
+		t.Error("the manager's own pod is not counted")
+	}
+	if ownedBy(pod("actionledger-controller-manager-b-5d9c", "5d9c"), "actionledger-controller-manager") {
+		t.Error("a pod of the Deployment actionledger-controller-manager-b is counted as the manager's")
 	}
 }
