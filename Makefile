@@ -185,6 +185,16 @@ image: ## Build the manager image (it runs the gateway too) with Go only into bi
 		--label org.opencontainers.image.source=https://github.com/actionledger/actionledger \
 		--label org.opencontainers.image.licenses=Apache-2.0
 
+# release: the versioned chart package and the image with its digest in RELEASE_DIR (hack/release.sh); with
+# REGISTRY=host[:port] both are pushed there (the image as REGISTRY/actionledger:$(VERSION), the chart to
+# oci://REGISTRY/charts), and the packaged chart names the image by its digest.
+RELEASE_DIR ?= $(LOCALBIN)/release
+REGISTRY ?=
+
+.PHONY: release
+release: image helm ## Build the versioned chart package and the image with its digest into bin/release; REGISTRY=host:port pushes both.
+	VERSION="$(VERSION)" IMAGE_TAR="$(IMAGE_TAR)" HELM="$(HELM)" RELEASE_DIR="$(RELEASE_DIR)" REGISTRY="$(REGISTRY)" hack/release.sh
+
 # If you wish to build the manager image targeting other platforms you can use the --platform flag.
 # (i.e. docker build --platform linux/arm64). However, you must enable docker buildKit for it.
 # More info: https://docs.docker.com/develop/develop-images/build_enhancements/

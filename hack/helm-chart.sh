@@ -56,8 +56,13 @@ gw="${tmp}/dist/chart/templates/extras/gateway.yaml"
 img=$(grep -m1 -E '^ +image: "\{\{ \.Values\.manager\.image\.repository' "${tmp}/dist/chart/templates/manager/manager.yaml" | sed -E 's/^ +image: //')
 [[ -n "${img}" ]] || { echo "helm-chart.sh: no templated image line in templates/manager/manager.yaml" >&2; exit 1; }
 grep -q '^        image: controller:latest$' "${gw}" || { echo "helm-chart.sh: templates/extras/gateway.yaml has no 'image: controller:latest' line" >&2; exit 1; }
-IMG="${img}" awk '$0 == "        image: controller:latest" { print "        image: " ENVIRON["IMG"]; next } { print }' "${gw}" >"${gw}.tmp"
+# Both name the image through hand-kept/_image.tpl, which adds .Values.manager.image.digest (a release pins the image
+# by digest, make release).
+inc='{{ include "actionledger.image" . | quote }}'
+IMG="${inc}" awk '$0 == "        image: controller:latest" { print "        image: " ENVIRON["IMG"]; next } { print }' "${gw}" >"${gw}.tmp"
 mv "${gw}.tmp" "${gw}"
+IMG="${img}" INC="${inc}" awk '$0 == "        image: " ENVIRON["IMG"] { print "        image: " ENVIRON["INC"]; next } { print }' "${tmp}/dist/chart/templates/manager/manager.yaml" >"${tmp}/manager.yaml.tmp"
+mv "${tmp}/manager.yaml.tmp" "${tmp}/dist/chart/templates/manager/manager.yaml"
 # replace FILE OLD NEW [COUNT] replaces each line of FILE equal to OLD by NEW (one line or several) and fails
 # unless OLD occurs COUNT times (default 1), so that a plugin whose output changed stops the script instead of
 # shipping a chart without the edit.
