@@ -89,6 +89,7 @@ test-cluster: ## Run the real-cluster suite (test/cluster): a single-node cluste
 	@hack/cluster/up.sh --check
 	@$(MAKE) --no-print-directory cluster-binaries image helm
 	go build -o bin/kubectl-actionledger ./cmd/kubectl-actionledger
+	cd hack/image && go build -o ../../bin/registry ./registry
 	ACTIONLEDGER_CLUSTER=1 KUBE_ASSETS="$(ASSETS_DIR)" ACTIONLEDGER_IMAGE_TAR="$(IMAGE_TAR)" ACTIONLEDGER_IMAGE="$(IMAGE_NAME)" \
 		go test ./test/cluster/ -count=1 -v -timeout 30m $(GO_TEST_FLAGS)
 

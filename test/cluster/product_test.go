@@ -63,7 +63,9 @@ func TestInstalledProduct(t *testing.T) {
 	}
 	mem.report(t)
 	// Last: the product is gone after it.
-	t.Run("UninstallLeavesNoNamespaceStuck", func(t *testing.T) { testUninstall(t, p) })
+	if t.Run("UninstallLeavesNoNamespaceStuck", func(t *testing.T) { testUninstall(t, p) }) {
+		t.Run("ReleaseFromARegistry", func(t *testing.T) { testReleaseFromARegistry(t, p) })
+	}
 }
 
 // testManagerIdentity: the manager's pod runs under the chart's ServiceAccount, which is bound only to the
