@@ -106,8 +106,8 @@ spec:
 
 // testUninstall: helm uninstall runs the chart's pre-delete hook, which stops the manager, writes the tombstones of
 // the finished actions and releases their finalizers; then a namespace holding finished actions finishes deleting
-// although no manager runs. The CRDs and the tombstones of other namespaces stay (docs/uninstall.md). Last step:
-// the product is gone after it.
+// although no manager runs. The CRDs stay (docs/uninstall.md). The product is gone after it: only
+// ReleaseFromARegistry, which installs it again, follows.
 func testUninstall(t *testing.T, p *product) {
 	srv, url := startDestination(t, destination.Options{Dedup: true})
 	ns := createNamespace(t, p.c, "leaving")
