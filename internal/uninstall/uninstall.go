@@ -297,7 +297,8 @@ func writeTombstone(ctx context.Context, o Options, store tombstone.Store, xa *a
 	return true, nil
 }
 
-// tombstoneTTL is the retention.tombstoneTTL of xa's destination, or the default when it has none or is gone.
+// tombstoneTTL is the retention.tombstoneTTL of xa's destination, or the default when it has none, is gone or may not
+// be read.
 func tombstoneTTL(ctx context.Context, c client.Client, xa *actionsv1alpha1.ExternalAction) (time.Duration, error) {
 	var ret *actionsv1alpha1.Retention
 	ref := xa.Spec.DestinationRef
@@ -313,7 +314,8 @@ func tombstoneTTL(ctx context.Context, c client.Client, xa *actionsv1alpha1.Exte
 			ret = d.Spec.Retention
 		}
 	}
-	if err != nil && !apierrors.IsNotFound(err) {
+	// Forbidden: the chart's namespaced RBAC (rbac.namespaced) gives the hook no ClusterDestinations.
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 		return 0, fmt.Errorf("reading the destination of %s/%s for its tombstone TTL: %w", xa.Namespace, xa.Name, err)
 	}
 	if ret != nil && ret.TombstoneTTL != nil {
