@@ -27,7 +27,8 @@ import (
 func uninstallCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("uninstall", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	manager := fs.String("manager-deployment", "", "the manager's Deployment, as namespace/name, scaled to 0 first (empty: none running)")
+	manager := fs.String("manager-deployment", "",
+		"the manager's Deployment, as namespace/name, scaled to 0 first (empty: none running)")
 	namespace := fs.String("namespace", "", "release the actions of this namespace only (default: every namespace)")
 	stopTimeout := fs.Duration("stop-timeout", 2*time.Minute, "how long to wait for the manager's pods to stop")
 	restore := fs.Bool("restore", true, "start the manager again when an action is held, so that it finishes it")

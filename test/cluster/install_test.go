@@ -188,12 +188,12 @@ func readmeInstall(t *testing.T) (values, command string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(b), "```yaml\n# values-hostnetwork.yaml\n")
+	_, after, ok := strings.Cut(string(b), "```yaml\n# values-hostnetwork.yaml\n")
 	if !ok {
 		t.Fatal("README.md has no yaml block starting with '# values-hostnetwork.yaml'")
 	}
-	values, rest, _ = strings.Cut(rest, "```")
-	for line := range strings.SplitSeq(rest, "\n") {
+	values, after, _ = strings.Cut(after, "```")
+	for line := range strings.SplitSeq(after, "\n") {
 		if strings.HasPrefix(line, "bin/helm install ") && strings.Contains(line, "values-hostnetwork.yaml") {
 			return values, line
 		}

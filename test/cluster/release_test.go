@@ -102,12 +102,14 @@ func (p *product) startRegistry(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(p.bin, "registry"), "--addr", "127.0.0.1:0", "--addr-file", addrFile) //nolint:gosec // built by make test-cluster
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, filepath.Join(p.bin, "registry"), "--addr", "127.0.0.1:0", "--addr-file", addrFile) //nolint:gosec // built by make test-cluster
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
+		cancel()
 		t.Fatalf("starting bin/registry (make test-cluster builds it): %v", err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logf.Close() })
+	t.Cleanup(func() { cancel(); _ = cmd.Wait(); _ = logf.Close() })
 	var addr string
 	poll(t, 30*time.Second, "the registry's address", func(context.Context) (bool, error) {
 		b, err := os.ReadFile(addrFile)
