@@ -41,6 +41,8 @@ import (
 	"github.com/actionledger/actionledger/internal/controller"
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
+	"github.com/actionledger/actionledger/internal/expr"
+	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/tracing"
 )
@@ -69,7 +71,8 @@ type managerFlags struct {
 	qps                                              float64
 	burst, concurrency                               int
 	claimMargin                                      time.Duration
-	maxInFlight                                      int
+	maxInFlight, evaluationSlots                     int
+	decoderWindowBudget                              int64
 	collectionRate                                   float64
 	shutdownGrace                                    time.Duration
 	tombstoneStore, tombstoneDSNFile                 string
@@ -121,6 +124,13 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", dispatch.DefaultGlobalMaxInFlight,
 		"Requests in flight to all destinations at once (each destination also has spec.concurrency.maxInFlight). "+
 			"Sends do not hold reconcile workers.")
+	fs.IntVar(&f.evaluationSlots, "evaluation-slots", 0, "Expressions (successWhen, outputs, post-checks) evaluated "+
+		"at once; the others wait for a slot, served round-robin over namespaces (docs/security.md). 0: GOMAXPROCS, "+
+		"which follows the container's CPU limit (the node's core count without one).")
+	fs.Int64Var(&f.decoderWindowBudget, "decoder-window-budget", 0, "Bytes the decoders of compressed answers may "+
+		"hold at once (their declared windows; one namespace at most a quarter); a window that does not fit is not "+
+		"opened and the body is recorded undecoded (docs/security.md). 0: an eighth of the container's memory limit "+
+		"(at least 24 MiB), 64 MiB without one.")
 	fs.Float64Var(&f.collectionRate, "collection-rate", controller.DefaultCollectionRate,
 		"Collections a second (deletes of finished actions past ttlAfterFinished, and their finalization) that take "+
 			"their turn among waiting sends; beyond it collection runs only when no send waits. 0: always behind the sends.")
@@ -197,6 +207,9 @@ func run() int {
 		setupLog.Error(fmt.Errorf("--events=%q: want important or all", f.events), "Invalid flag")
 		return 2
 	}
+	expr.SetSlots(f.evaluationSlots)
+	httpexec.SetWindowBudget(f.decoderWindowBudget)
+	setupLog.Info("Tenant budgets", "evaluationSlots", expr.Slots(), "decoderWindowBytes", httpexec.WindowBudget())
 	stopTracing, err := startTracing("actionledger", setupLog)
 	if err != nil {
 		return 1

@@ -65,6 +65,15 @@ const (
 	ReasonDeadlineExceeded       = "DeadlineExceeded"       // the overall deadline passed
 	ReasonRetryAfterPastDeadline = "RetryAfterPastDeadline" // the destination asked to wait past the deadline
 	ReasonResolved               = "Resolved"               // a person decided
+	// ReasonVerdictPending: the attempt's response is recorded, but spec.successWhen's evaluation on it did not
+	// finish (its deadline, a wait for an evaluation slot, cancellation); it is evaluated again from the recorded
+	// response at status.claim.expiresAt, never by sending again (DESIGN rule 12, status.claim.verdict).
+	ReasonVerdictPending = "VerdictPending"
+	// ReasonVerdictUnavailable: an attempt's response can never be judged (its evaluation is over the cost
+	// limit, it did not finish in MaxUnfinishedEvaluations tries, or the response it needs was not kept): the
+	// action is OutcomeUnknown with the response recorded, for a person to decide (applied, not-applied, retry).
+	// Never Failed: no verdict is drawn from an evaluation that did not finish.
+	ReasonVerdictUnavailable = "VerdictUnavailable"
 	// ReasonEgressDenied: the manager's egress policy refuses the destination's address (a Destination's
 	// Ready condition when its URL host is, or resolves only to, denied addresses; attempts record it as
 	// attemptHistory[].errorClass). Changed with the --destination-allow-cidrs / --destination-deny-cidrs flags.

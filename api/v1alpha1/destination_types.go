@@ -482,7 +482,7 @@ type DestinationSpec struct {
 	// +optional
 	Signing *SigningConfig `json:"signing,omitempty"`
 
-	// serviceAccountName is the ServiceAccount of the Destination's namespace whose rights read the Secrets it names (auth, tls, signing), by impersonation: a Secret that ServiceAccount may not get is refused before anything is sent (reason SecretNotAllowed, the message naming the Secret and the ServiceAccount). When empty the manager's --default-service-account is used; without one the manager reads with its own rights, unless it runs with --require-service-account, which refuses the Destination. Not allowed on a ClusterDestination.
+	// serviceAccountName is the ServiceAccount of the Destination's namespace whose rights read the Secrets it names (auth, tls, signing), by impersonation: a Secret that ServiceAccount may not get is refused before anything is sent (reason SecretNotAllowed, the message naming the Secret and the ServiceAccount). The ServiceAccount must exist: one that does not is never impersonated, and the Destination is refused the same way (reason SecretNotAllowed) until it is created. When empty the manager's --default-service-account is used; without one the manager reads with its own rights, unless it runs with --require-service-account, which refuses the Destination. Not allowed on a ClusterDestination.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

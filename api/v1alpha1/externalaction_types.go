@@ -63,13 +63,14 @@ type ActionRequest struct {
 	// +kubebuilder:validation:XValidation:rule=`!self.matches('^[^?#]*(%2[fF]|%5[cC]|\\\\)')`,message="request.path may not contain an encoded slash (%2F), a backslash or an encoded backslash (%5C) before the query: a server that decodes them sees another path; use plain '/' between segments"
 	Path string `json:"path,omitempty"`
 
-	// headers are request headers that are not secret, at most 32; credentials belong in the destination's auth, which reads them from Secrets. Names are RFC 9110 tokens (section 5.6.2) of at most 256 characters; they are case-insensitive and each may appear once. Values are at most 8192 bytes, without control characters other than tab (RFC 9110 section 5.5). Authorization, the idempotency header, Accept-Encoding (every request asks for the identity coding, so that a response is not compressed) and the hop-by-hop and framing headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host; RFC 9110 section 7.6.1) cannot be set here.
+	// headers are request headers that are not secret, at most 32; credentials belong in the destination's auth, which reads them from Secrets. Names are RFC 9110 tokens (section 5.6.2) of at most 256 characters; they are case-insensitive and each may appear once. Values are at most 8192 bytes, without control characters other than tab (RFC 9110 section 5.5). Authorization, the idempotency header, Accept-Encoding (every request asks for the identity coding, so that a response is not compressed), the hop-by-hop and framing headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host; RFC 9110 section 7.6.1) and the routing-override and forwarding headers that proxies and frameworks route or authorize by (Forwarded, X-Forwarded-*, X-Original-*, X-Rewrite-URL, X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, X-Real-IP, X-Host, X-Envoy-Original-Path) cannot be set here.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.size() <= 256 && k.matches('^[-!#$%&\'*+.^_|~0-9A-Za-z\\x60]+$'))`,message="header names must be RFC 9110 tokens of at most 256 characters (letters, digits, a backquote or one of !#$%&'*+-.^_|~; no spaces, colons or control characters); rename the header"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.lowerAscii() in ['authorization', 'idempotency-key']))",message="headers may not set Authorization or Idempotency-Key: credentials belong in the destination's auth (from a Secret) and the key is set from the destination's idempotency settings; remove the header"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.lowerAscii() in ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'expect', 'content-length', 'host']) && !k.lowerAscii().startsWith('proxy-'))",message="headers may not set hop-by-hop or framing headers (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding, Upgrade, Expect, Content-Length, Host): the HTTP client derives them from the request; remove the header"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.lowerAscii() != 'accept-encoding')",message="headers may not set Accept-Encoding: every request asks for the identity coding, because a compressed response would hide an echoed credential from redaction and its length would reveal the credential one guess at a time (BREACH); remove the header"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k.lowerAscii() in ['forwarded', 'x-rewrite-url', 'x-http-method-override', 'x-http-method', 'x-method-override', 'x-real-ip', 'x-host', 'x-envoy-original-path']) && !k.lowerAscii().startsWith('x-forwarded-') && !k.lowerAscii().startsWith('x-original-'))",message="headers may not set routing-override or forwarding headers (Forwarded, X-Forwarded-*, X-Original-*, X-Rewrite-URL, X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, X-Real-IP, X-Host, X-Envoy-Original-Path): proxies and frameworks in front of a destination route or authorize by them, so they could move the request out of the destination's base path, change its method or claim another client, with the destination's credentials; remove the header"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, self.all(j, j == k || j.lowerAscii() != k.lowerAscii()))",message="header names are case-insensitive and each may appear once; remove the entry that differs only in case"
 	Headers map[string]HeaderValue `json:"headers,omitempty"`
 
@@ -208,6 +209,38 @@ type AttemptClaim struct {
 	// postChecks counts the post-check requests made for this uncertain attempt.
 	// +optional
 	PostChecks int32 `json:"postChecks,omitempty"`
+	// verdict is set when the attempt's response arrived and is recorded in status.response, but the evaluation of spec.successWhen on it did not finish (its time limit, a wait for an evaluation slot, or a shutdown). No verdict is drawn from an evaluation that did not finish: the attempt stays open, nothing is sent again, and the recorded response is judged again at expiresAt (reason VerdictPending). Only on status.claim, never on status.deadLetter.claim.
+	// +optional
+	Verdict *PendingVerdict `json:"verdict,omitempty"`
+}
+
+// MaxPendingVerdictHeaderBytes bounds status.claim.verdict.headers: names and values together, in bytes. A
+// response whose headers, as the expression sees them, come to more is not kept for a later evaluation: an
+// evaluation of it that does not finish at once waits for a person (VerdictUnavailable).
+const MaxPendingVerdictHeaderBytes = 8 << 10
+
+// PendingVerdict is an attempt's response whose verdict waits for an evaluation that finishes (DESIGN rule 12).
+// With status.response (the status code and the body as the expression saw them) it is everything
+// spec.successWhen needs, so the verdict survives a restart of the manager and never needs a second send.
+type PendingVerdict struct {
+	// receivedAt is when the response arrived (RFC 3339).
+	ReceivedAt metav1.Time `json:"receivedAt"`
+	// headers are the response headers as spec.successWhen sees them: names lower-cased, the values of one name joined with ", ", the destination's Secret values redacted; at most 8 KiB of names and values together.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Headers map[string]string `json:"headers,omitempty"`
+	// inputSHA256 is the hex SHA-256 of the expression's input (status code, headers, body) as first seen. A later evaluation runs only on the same input, read back from status; any other (a status the API server made the manager trim) waits for a person instead (reason VerdictUnavailable).
+	// +kubebuilder:validation:MaxLength=64
+	InputSHA256 string `json:"inputSHA256"`
+	// otherwise is the attempt's class should spec.successWhen not hold on this response: Rejected, Retryable, InProgress or Uncertain, decided by the status code and the retry policy as for any answer.
+	// +kubebuilder:validation:Enum=Rejected;Retryable;InProgress;Uncertain
+	Otherwise string `json:"otherwise"`
+	// evaluations counts the evaluations of spec.successWhen on this response that did not finish.
+	Evaluations int32 `json:"evaluations"`
+	// reason is the kind of the last evaluation's failure to finish (for example "context deadline exceeded"), never a value of the response.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason,omitempty"`
 }
 
 // AttemptRecord is one finished attempt in status.attemptHistory.
@@ -219,7 +252,7 @@ type AttemptRecord struct {
 	// finishedAt is when the attempt's outcome was known.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
-	// result is the attempt's class: Success, Rejected, Retryable, InProgress, NotSent, Uncertain, Replayed, Applied or NotApplied (decided by the post-check), or a person's decision.
+	// result is the attempt's class: Success, Rejected, Retryable, InProgress, NotSent, Uncertain, Unjudged (a response whose spec.successWhen evaluation did not finish: status.claim.verdict), Replayed, Applied or NotApplied (decided by the post-check), or a person's decision.
 	// +kubebuilder:validation:MaxLength=64
 	Result string `json:"result"`
 	// statusCode is the HTTP status code, when a response arrived.

@@ -179,17 +179,27 @@ func (md *ManagerDispatcher) deliver(c dispatch.Completion[*send.Result]) {
 	if !md.r.receive(c) {
 		return
 	}
-	if !c.Draining {
-		ev := event.GenericEvent{Object: &actionsv1alpha1.ExternalAction{}}
-		ev.Object.SetNamespace(c.Key.Namespace)
-		ev.Object.SetName(c.Key.Name)
-		select {
-		case md.outcomes <- ev:
-			return
-		case <-md.stopped:
+	if !c.Draining && md.wakeUp(c.Key) {
+		// The completion freed room at its destination: wake the next send parked there (internal/waitroom).
+		for _, nn := range md.r.parts.room.Wake(c.Destination, 1) {
+			md.wakeUp(nn)
 		}
+		return
 	}
 	md.r.recordDirectly(c.Key)
+}
+
+// wakeUp puts key on the outcomes channel, which enqueues it; false once the manager stops.
+func (md *ManagerDispatcher) wakeUp(key types.NamespacedName) bool {
+	ev := event.GenericEvent{Object: &actionsv1alpha1.ExternalAction{}}
+	ev.Object.SetNamespace(key.Namespace)
+	ev.Object.SetName(key.Name)
+	select {
+	case md.outcomes <- ev:
+		return true
+	case <-md.stopped:
+		return false
+	}
 }
 
 // recordDirectly records the pending result of key from a fresh read, outside the workqueue (the workers are

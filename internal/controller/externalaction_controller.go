@@ -65,6 +65,7 @@ import (
 	"github.com/actionledger/actionledger/internal/subject"
 	"github.com/actionledger/actionledger/internal/tombstone"
 	"github.com/actionledger/actionledger/internal/tombstone/objects"
+	"github.com/actionledger/actionledger/internal/waitroom"
 )
 
 // DefaultMaxConcurrentReconciles is the number of parallel reconciles when Options.MaxConcurrentReconciles is
@@ -142,6 +143,8 @@ type ExternalActionReconciler struct {
 
 // parts are the reconciler's collaborators, built once from its fields (build).
 type parts struct {
+	// room parks sends that wait for room at their destination until a completion there wakes them.
+	room     *waitroom.Room
 	writer   *status.Writer
 	resolver *destination.Resolver
 	sender   *send.Sender
@@ -163,7 +166,7 @@ type parts struct {
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=destinations/status;clusterdestinations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=actiontombstones,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=secrets;configmaps,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=impersonate
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;impersonate
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -252,6 +255,7 @@ func (r *ExternalActionReconciler) forget(nn types.NamespacedName) {
 		r.parts.outputs.Forget(nn)
 	}
 	r.parts.subjects.Forget(nn)
+	r.parts.room.Leave(nn)
 }
 
 // movedAway reports whether an object that the cache does not hold, but whose outcome or output values this
@@ -324,7 +328,8 @@ func (r *ExternalActionReconciler) build() {
 	if d, ok := r.Dispatcher.(*InlineDispatcher); ok && d.Deliver == nil {
 		d.Deliver = func(c dispatch.Completion[*send.Result]) { r.receive(c) }
 	}
-	p := &parts{mailbox: newMailbox(), health: &storeHealth{}, collector: newCollector(r.workers(), r.collectionRate())}
+	p := &parts{mailbox: newMailbox(), health: &storeHealth{}, collector: newCollector(r.workers(), r.collectionRate()),
+		room: waitroom.New()}
 	p.subjects = &subject.Lock{Client: r.Client, APIReader: r.APIReader, Clock: r.Clock}
 	p.writer = &status.Writer{Client: r.Client, Reader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock,
 		AllEvents: r.Options.AllEvents, DestinationID: destination.ID, Finished: func(xa *actionsv1alpha1.ExternalAction) {

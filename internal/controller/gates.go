@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -126,6 +127,8 @@ func (a *active) variant() variant {
 		return variant{gates: slices.Concat([]gate{a.path, a.subject}, a.toDestination(a.outputTarget)), carry: a.sendAttempt}
 	case ledger.KindPostCheck:
 		return variant{gates: slices.Concat([]gate{a.checkStep, a.checkPath}, a.toDestination()), quiet: true, carry: a.askCheck}
+	case ledger.KindJudge:
+		return variant{carry: a.judge}
 	}
 	return variant{carry: func(ctx context.Context) (ctrl.Result, error) { return a.r.apply(ctx, a.xa, a.f.step, a.f.dest.ID) }}
 }
@@ -205,11 +208,15 @@ func (a *active) unusable(err error) *wait {
 }
 
 // spec checks what the action asks against its destination (any error is an InvalidSpec, nothing is sent):
-// a retry policy that only tightens the destination's, a compilable successWhen and outputs, and a body
+// a retry policy that only tightens the destination's, no routing-override header (one stored before admission
+// refused them: destination.CheckRequestHeaders), a compilable successWhen and outputs, and a body
 // within bounds (kept in canonical form). It builds the reconcile's decision environment.
 func (a *active) spec(context.Context) *wait {
 	xa, dest := a.xa, a.f.dest
 	policy, deadline, err := destination.Tighten(dest.Policy, dest.DeadlineDur, xa.Spec.RetryPolicy)
+	if err == nil {
+		err = destination.CheckRequestHeaders(xa.Spec.Request.Headers)
+	}
 	if err == nil {
 		_, err = send.SuccessProgram(a.r.Exprs, xa)
 	}
@@ -305,18 +312,24 @@ func (a *active) share(ctx context.Context) *wait {
 }
 
 // room waits for room at the destination in the dispatcher (reason ConcurrencyLimited, written only when the
-// reason changes; a quiet variant looks again after requeue.NoRoom), before any token of its limits is spent.
+// reason changes), before any token of its limits is spent. The action parks in the destination's waiting room
+// (internal/waitroom), and a completion at the destination wakes the next waiter (ManagerDispatcher.deliver), in
+// round-robin order over namespaces; requeue.Room, jittered, is only the safety net. The wait has no predictable
+// end, so it sets no nextAttemptAt that would hold a woken action back.
 func (a *active) room(context.Context) *wait {
 	dest, d := a.f.dest, a.r.Dispatcher
+	nn := types.NamespacedName{Namespace: a.xa.Namespace, Name: a.xa.Name}
 	if d.HasRoom(dest.ID, a.xa.Namespace) {
+		a.r.parts.room.Leave(nn)
 		return nil
 	}
+	a.r.parts.room.Park(dest.ID, nn)
 	metrics.Delayed.WithLabelValues(dest.ID, actionsv1alpha1.ReasonConcurrencyLimited).Inc()
-	until := a.f.now.Add(requeue.NoRoom/2 + time.Duration(a.f.env.Rand()*float64(requeue.NoRoom)))
+	after := requeue.Room/2 + time.Duration(a.f.env.Rand()*float64(requeue.Room))
 	msg := fmt.Sprintf("waiting for destination %s (concurrency): %d request(s) in flight and %d queued",
 		dest.ID, d.InFlight(dest.ID), d.Queued(dest.ID))
-	return &wait{step: ledger.Delayed(&a.xa.Status, actionsv1alpha1.ReasonConcurrencyLimited, msg, until, a.f.env), destID: dest.ID,
-		quiet: requeue.NoRoom}
+	return &wait{step: ledger.Delayed(&a.xa.Status, actionsv1alpha1.ReasonConcurrencyLimited, msg, time.Time{}, a.f.env),
+		destID: dest.ID, after: after, quiet: after}
 }
 
 // outputTarget: an object in the place of spec.outputs' target that this action did not write holds the send
@@ -493,6 +506,19 @@ func (a *active) askCheck(ctx context.Context) (ctrl.Result, error) {
 		return r.settle(ctx, a.xa, p)
 	}
 	return ctrl.Result{RequeueAfter: job.Deadline.Sub(r.Clock.Now()) + requeue.NotDispatched}, nil
+}
+
+// judge evaluates spec.successWhen again on the response recorded for the open claim, whose verdict is pending
+// (status.claim.verdict, DESIGN rule 12), and records the result as the attempt's outcome (record: held in the
+// mailbox until written, DESIGN rule 2). Nothing is sent, and no room, token or Secret is needed.
+func (a *active) judge(ctx context.Context) (ctrl.Result, error) {
+	o := a.r.parts.sender.Judge(ctx, a.xa)
+	env := a.f.env
+	env.Now = a.f.now
+	c := a.xa.Status.Claim
+	log.FromContext(ctx).V(1).Info("judging a recorded response again", "attempt", c.Attempt, "result", string(o.Class))
+	return a.r.record(ctx, a.xa, &send.Result{Attempt: c.Attempt, Outcome: o, Env: env, ClaimedAt: c.StartedAt.Time,
+		PauseCap: a.f.dest.DeadlineDur})
 }
 
 // unstall makes step end a stall on the destination when unblocked (ledger.Unblock of the stored status) is

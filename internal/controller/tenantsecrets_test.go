@@ -83,6 +83,9 @@ func TestRequireServiceAccount(t *testing.T) {
 	destinationReady(t, ns, "payments", "SecretNotAllowed for no ServiceAccount", refusedWith("--require-service-account"))
 	stop()
 
+	// The default ServiceAccount exists (one that does not is refused before any read: issue 40 row 6,
+	// TestMissingServiceAccountIsNeverImpersonated) but may not get the Secret.
+	env.Create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "actionledger-sender"}})
 	env.StartManager(t, app.Options{RequireServiceAccount: true, DefaultServiceAccount: "actionledger-sender"})
 	env.WaitFor(t, ns, "pay-req", 30*time.Second, "SecretNotAllowed naming the default ServiceAccount", func(x *actionsv1alpha1.ExternalAction) bool {
 		c := meta.FindStatusCondition(x.Status.Conditions, actionsv1alpha1.ConditionStalled)

@@ -281,7 +281,8 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 		return m.wait(ctx, xa, cur, w)
 	}
 	step = Keyed(step, Key(s.dest.Spec, xa.Namespace, xa.Name))
-	header, body, err := Encode(ctx, RecordOf(xa, destination.ID(xa)), step.Status.IdempotencyKey, s.spec.Mode)
+	id := step.Status.IdempotencyKey
+	header, body, err := Encode(ctx, RecordOf(xa, destination.ID(xa), id), id, s.spec.Mode)
 	if err != nil {
 		return ctrl.Result{}, true, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
@@ -22,7 +23,15 @@ const EventType = "dev.actionledger.externalaction.deadletter"
 // Record is the data of a dead-letter CloudEvent (JSON): what a system downstream needs to take the case over.
 // Body is status.response.body as recorded: Secret values redacted, cut at 4096 bytes (BodyTruncated).
 type Record struct {
-	Key         string                `json:"key"`
+	// Key is the sink's key for the action: the record's key (the CloudEvent id, status.deadLetter.idempotencyKey)
+	// without KeySuffix, made by the sink's keyFormat. It is never the action's own key, which the action's
+	// destination made: a tenant's own Destination may have any keyFormat (team-b/{name} in namespace team-a),
+	// so at a shared sink that key could name another tenant's action.
+	Key string `json:"key"`
+	// ActionKey is the key the action itself was sent under (status.idempotencyKey), made by its own destination's
+	// keyFormat. It is the tenant's own value, meaningful only within Namespace: it may look like another
+	// namespace's key, and never identifies the record or the action at the sink.
+	ActionKey   string                `json:"actionKey,omitempty"`
 	Namespace   string                `json:"namespace"`
 	Name        string                `json:"name"`
 	UID         string                `json:"uid,omitempty"`
@@ -43,11 +52,15 @@ type Record struct {
 	TraceID string `json:"traceID,omitempty"`
 }
 
-// RecordOf is the dead-letter record of xa, sent to its destination destID.
-func RecordOf(xa *actionsv1alpha1.ExternalAction, destID string) Record {
+// RecordOf is the dead-letter record of xa, sent to its destination destID under the record's key recordKey
+// (status.deadLetter.idempotencyKey: the sink's key for the action followed by KeySuffix, Key). The record's
+// data.key is the sink's key for the action (recordKey without KeySuffix), so that it agrees with the event's
+// id on every attempt; the action's own key is only in ActionKey.
+func RecordOf(xa *actionsv1alpha1.ExternalAction, destID, recordKey string) Record {
 	st := &xa.Status
-	r := Record{Key: st.IdempotencyKey, Namespace: xa.Namespace, Name: xa.Name, UID: string(xa.UID), Destination: destID,
-		Fingerprint: st.Fingerprint, Phase: st.Phase, Attempts: st.Attempts, LastError: st.LastError}
+	r := Record{Key: strings.TrimSuffix(recordKey, KeySuffix), ActionKey: st.IdempotencyKey, Namespace: xa.Namespace,
+		Name: xa.Name, UID: string(xa.UID), Destination: destID, Fingerprint: st.Fingerprint, Phase: st.Phase,
+		Attempts: st.Attempts, LastError: st.LastError}
 	if c := meta.FindStatusCondition(st.Conditions, actionsv1alpha1.ConditionReady); c != nil {
 		r.Reason, r.Message = c.Reason, c.Message
 	}

@@ -239,10 +239,53 @@ func TestRecordOf(t *testing.T) {
 		Response:       &actionsv1alpha1.ResponseRecord{StatusCode: 422, Body: "[REDACTED]", BodySHA256: "sha256:cd"},
 		AttemptHistory: []actionsv1alpha1.AttemptRecord{{Number: 1, TraceID: "0af7651916cd43dd8448eb211c80319c"}},
 		Conditions:     []metav1.Condition{{Type: actionsv1alpha1.ConditionReady, Reason: "Rejected", Message: "attempt 1 was rejected"}}}
-	r := RecordOf(xa, "Destination/ns/pay")
-	if r.Reason != "Rejected" || r.StatusCode != 422 || r.Body != "[REDACTED]" || r.BodySHA256 != "sha256:cd" || r.UID != "u1" ||
+	r := RecordOf(xa, "Destination/ns/pay", "ns/a/dead-letter")
+	if r.Key != "ns/a" || r.ActionKey != "ns/a" || r.Reason != "Rejected" || r.StatusCode != 422 || r.Body != "[REDACTED]" || r.BodySHA256 != "sha256:cd" || r.UID != "u1" ||
 		r.TraceID != "0af7651916cd43dd8448eb211c80319c" || r.CompletedAt == nil {
 		t.Errorf("record %+v", r)
+	}
+}
+
+// Issue 40, row 8: an action of namespace team-a whose own Destination has keyFormat team-b/{name} (its key,
+// status.idempotencyKey, is team-b/pay-1) dead-letters to a shared sink. The record's data.key is the sink's key
+// for the action (team-a/pay-1, the CloudEvent id without /dead-letter), never the forgeable action key, which
+// is only in actionKey; and data.key follows the recorded key (a record keyed before a change of the sink's
+// keyFormat keeps it).
+func TestRecordCarriesTheSinksKey(t *testing.T) {
+	xa := &actionsv1alpha1.ExternalAction{}
+	xa.Namespace, xa.Name = "team-a", "pay-1"
+	xa.Status = actionsv1alpha1.ExternalActionStatus{IdempotencyKey: "team-b/pay-1", Phase: actionsv1alpha1.PhaseExhausted}
+	sink := &actionsv1alpha1.DestinationSpec{} // a shared ClusterDestination sink with the default keyFormat
+	step := Keyed(Advance(Begin("ClusterDestination/cases", actionsv1alpha1.PhaseExhausted), env()), Key(sink, xa.Namespace, xa.Name))
+	id := step.Status.IdempotencyKey
+	for _, c := range []struct {
+		name, recordKey, want string
+	}{
+		{"first claim", id, "team-a/pay-1"},
+		{"a record keyed under another sink keyFormat", "orders:team-a:pay-1/dead-letter", "orders:team-a:pay-1"},
+	} {
+		h, body, err := Encode(context.Background(), RecordOf(xa, "Destination/team-a/own", c.recordKey), c.recordKey, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://sink/", strings.NewReader(string(body)))
+		req.Header = h
+		e, err := binding.ToEvent(context.Background(), cehttp.NewMessageFromHttpRequest(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var data map[string]any
+		if err := json.Unmarshal(e.Data(), &data); err != nil {
+			t.Fatal(err)
+		}
+		if data["key"] != c.want || e.ID() != c.want+KeySuffix {
+			t.Errorf("%s: data.key %v, id %q; want %q and %q (the sink's key, never the action's team-b/pay-1)", c.name,
+				data["key"], e.ID(), c.want, c.want+KeySuffix)
+		}
+		if data["actionKey"] != "team-b/pay-1" || data["namespace"] != "team-a" {
+			t.Errorf("%s: actionKey %v, namespace %v; want the action's own key next to its namespace", c.name,
+				data["actionKey"], data["namespace"])
+		}
 	}
 }
 

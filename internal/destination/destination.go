@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,7 +67,7 @@ func Reason(err error, fallback string) string {
 		return actionsv1alpha1.ReasonDestinationNotReady
 	}
 	switch {
-	case errors.Is(err, errSecretNotAllowed), errors.Is(err, errServiceAccountRequired):
+	case errors.Is(err, errSecretNotAllowed), errors.Is(err, errServiceAccountRequired), errors.Is(err, errServiceAccountNotFound):
 		return actionsv1alpha1.ReasonSecretNotAllowed
 	case errors.Is(err, errNamespaceNotAllowed):
 		return actionsv1alpha1.ReasonNamespaceNotAllowed
@@ -98,6 +99,30 @@ func CheckSpec(spec *actionsv1alpha1.DestinationSpec, owner string, namespaced, 
 			"Give spec.tls.caBundle instead, or ask the admin for a ClusterDestination", errInsecureSkipVerifyNotAllowed, owner)
 	}
 	return nil
+}
+
+// CheckRequestHeaders refuses an action whose spec.request.headers sets a routing-override or forwarding header
+// (actionsv1alpha1.RoutingHeader: X-Original-URL, X-Rewrite-URL, X-Forwarded-*, X-HTTP-Method-Override,
+// Forwarded, ...). Admission refuses them (the CEL rule on the CRD); this catches an action stored before that
+// rule, whose spec is immutable: the controller ends it InvalidSpec before anything is sent. A proxy or framework
+// in front of the provider would route by such a header, out of a ClusterDestination's base path and with its
+// credentials (issue 40 row 7).
+func CheckRequestHeaders(headers map[string]actionsv1alpha1.HeaderValue) error {
+	var refused []string
+	for k := range headers {
+		if actionsv1alpha1.RoutingHeader(k) {
+			refused = append(refused, k)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	slices.Sort(refused)
+	return fmt.Errorf("spec.request.headers sets %s: routing-override or forwarding headers, which proxies and frameworks "+
+		"in front of a destination route or authorize by, so they could move the request out of the destination's base "+
+		"path, change its method or claim another client, with the destination's credentials; the API server refuses "+
+		"them (this action was stored before that rule) and nothing is sent; create a new action without them",
+		strings.Join(refused, ", "))
 }
 
 // NamespaceAllowed checks a ClusterDestination's namespaceSelector against the labels of namespace ns, read
@@ -284,7 +309,7 @@ func (rd *Resolved) NotReady() error {
 // only in its own namespace, with the rights r.Tenants gives it (a ServiceAccount of that namespace); a
 // ClusterDestination only in the controller's, with the manager's.
 func (r *Resolver) LoadCredentials(ctx context.Context, rd *Resolved) error {
-	reader, as, err := r.Tenants.secretsOf(r.Secrets, rd.cluster, rd.secretNS, rd.Spec, rd.ID)
+	reader, as, err := r.Tenants.secretsOf(ctx, r.Secrets, rd.cluster, rd.secretNS, rd.Spec, rd.ID)
 	if err != nil {
 		return err
 	}
@@ -725,7 +750,7 @@ func LimiterReason(r limiter.Reason) string {
 // destination in messages. Used by the destination validator: the values are read and dropped.
 func CheckSecrets(ctx context.Context, tenants *TenantSecrets, manager client.Reader, cluster bool,
 	spec *actionsv1alpha1.DestinationSpec, secretNS, owner string) error {
-	reader, as, err := tenants.secretsOf(manager, cluster, secretNS, spec, owner)
+	reader, as, err := tenants.secretsOf(ctx, manager, cluster, secretNS, spec, owner)
 	if err != nil {
 		return err
 	}

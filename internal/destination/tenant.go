@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/lru"
@@ -94,19 +97,63 @@ func (t *TenantSecrets) reader(manager client.Reader, ns, sa, owner string) (cli
 // cluster for a ClusterDestination (the manager's rights), else a Destination of namespace ns with spec (its
 // serviceAccountName, else DefaultServiceAccount). owner names the destination in errors. A nil t reads every
 // destination's with manager (no impersonation configured: tests, and callers that predate it).
-func (t *TenantSecrets) secretsOf(manager client.Reader, cluster bool, ns string, spec *actionsv1alpha1.DestinationSpec,
-	owner string) (client.Reader, string, error) {
+//
+// A ServiceAccount is impersonated only once manager (the manager's APIReader: a live read) has found it in ns
+// (serviceAccountExists): the API server does not check that an impersonated ServiceAccount exists, and gives
+// the user system:serviceaccount:<ns>:<name> of any name the groups system:serviceaccounts,
+// system:serviceaccounts:<ns> and system:authenticated, so a Destination naming a ServiceAccount that does not
+// exist would read every Secret those groups (or a RoleBinding left behind for a deleted ServiceAccount) may
+// get. A Destination that names no Secret reads nothing, so it impersonates no one and needs no check.
+func (t *TenantSecrets) secretsOf(ctx context.Context, manager client.Reader, cluster bool, ns string,
+	spec *actionsv1alpha1.DestinationSpec, owner string) (client.Reader, string, error) {
 	if t == nil || cluster {
 		return manager, "", nil
 	}
 	sa := t.ServiceAccount(spec.ServiceAccountName)
-	if sa == "" && t.Required && !namesSecrets(spec) {
+	if !namesSecrets(spec) && (sa != "" || t.Required) {
 		// Nothing to read: Required guards the Secrets a Destination names, and this one names none (found by
-		// the real-cluster suite: the shipped install, which sets Required, refused the sample Destination).
-		return noSecrets{}, "", nil
+		// the real-cluster suite: the shipped install, which sets Required, refused the sample Destination); and
+		// a ServiceAccount is impersonated only to read a Secret.
+		return noSecrets{}, sa, nil
 	}
 	r, err := t.reader(manager, ns, sa, owner)
-	return r, sa, err
+	if err != nil || sa == "" {
+		return r, sa, err
+	}
+	if err := serviceAccountExists(ctx, manager, ns, sa, owner); err != nil {
+		return nil, sa, err
+	}
+	return r, sa, nil
+}
+
+// errServiceAccountNotFound marks a Destination whose Secrets would be read as a ServiceAccount that does not
+// exist (or that the manager may not see): nothing is impersonated, read or sent (reason SecretNotAllowed).
+var errServiceAccountNotFound = errors.New("service account not found")
+
+// serviceAccountExists reads ServiceAccount ns/sa's metadata with manager (live, as the manager: its ClusterRole
+// grants get on serviceaccounts) and returns errServiceAccountNotFound when it does not exist or the manager may
+// not get it; another error (the API server unreachable) is returned wrapped, to be tried again.
+func serviceAccountExists(ctx context.Context, manager client.Reader, ns, sa, owner string) error {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
+	err := manager.Get(ctx, client.ObjectKey{Namespace: ns, Name: sa}, m)
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: %s reads its Secrets as ServiceAccount %s/%s, which does not exist; the manager "+
+			"impersonates only a ServiceAccount that exists (the API server would give any other name the groups "+
+			"system:serviceaccounts, system:serviceaccounts:%s and system:authenticated, and the Secrets they may "+
+			"read); create it, or name one that may get the Secrets (spec.serviceAccountName); nothing is sent",
+			errServiceAccountNotFound, owner, ns, sa, ns)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("%w: %s reads its Secrets as ServiceAccount %s/%s, but the manager may not get that "+
+			"ServiceAccount to check that it exists (grant the manager get on serviceaccounts, as its shipped "+
+			"ClusterRole does); nothing is impersonated or sent", errServiceAccountNotFound, owner, ns, sa)
+	default:
+		return fmt.Errorf("checking that ServiceAccount %s/%s, whose rights read the Secrets of %s, exists: %w",
+			ns, sa, owner, err)
+	}
 }
 
 // namesSecrets reports whether spec names any Secret: auth (bearer token, basic, headers, OAuth2 client
@@ -120,7 +167,7 @@ func namesSecrets(spec *actionsv1alpha1.DestinationSpec) bool {
 // later (by a field namesSecrets does not know yet) is never read with the manager's rights.
 type noSecrets struct{}
 
-var errNamesNoSecret = fmt.Errorf("%w: this Destination names no Secret and no ServiceAccount", errServiceAccountRequired)
+var errNamesNoSecret = fmt.Errorf("%w: this Destination names no Secret, so none is read", errServiceAccountRequired)
 
 func (noSecrets) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
 	return fmt.Errorf("reading %s: %w", key, errNamesNoSecret)

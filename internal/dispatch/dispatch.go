@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -133,9 +134,21 @@ type Dispatcher[R any] struct {
 	stopping bool
 	inFlight int
 	dests    map[string]*destQueue[R]
-	// ready holds destinations with queued jobs and a free slot of their own: they wait for a global slot.
-	ready []*destQueue[R]
-	keys  map[types.NamespacedName]*job[R]
+	// flows holds, per namespace with queued jobs, the destinations they are queued on; ring the same namespaces
+	// in service order: each free global slot goes to the one of them with the fewest sends in flight that can
+	// start one (pumpLocked; DESIGN rule 13: fair over namespaces, not over destinations).
+	flows map[string]*flow[R]
+	ring  []*flow[R]
+	// nsInFlight counts each namespace's sends in flight, over all destinations.
+	nsInFlight map[string]int
+	keys       map[types.NamespacedName]*job[R]
+}
+
+// flow is one namespace's share of the dispatcher: the destinations it has jobs queued on, served in turn.
+type flow[R any] struct {
+	ns     string
+	dests  []*destQueue[R]
+	inRing bool
 }
 
 var (
@@ -167,7 +180,6 @@ type destQueue[R any] struct {
 	limit    int
 	inFlight int
 	queued   int
-	inReady  bool
 	byNS     map[string]*nsQueue[R]
 	// ring holds the namespaces with queued jobs, in service order.
 	ring []*nsQueue[R]
@@ -186,7 +198,8 @@ func New[R any](opts Options[R]) (*Dispatcher[R], error) {
 	}
 	d := &Dispatcher[R]{
 		global: opts.MaxInFlight, grace: opts.ShutdownGrace, deliver: opts.Deliver, clock: opts.Clock,
-		dests: map[string]*destQueue[R]{}, keys: map[types.NamespacedName]*job[R]{},
+		dests: map[string]*destQueue[R]{}, keys: map[types.NamespacedName]*job[R]{}, flows: map[string]*flow[R]{},
+		nsInFlight: map[string]int{},
 	}
 	if d.global <= 0 {
 		d.global = DefaultGlobalMaxInFlight
@@ -231,7 +244,7 @@ func (d *Dispatcher[R]) Submit(jb Job[R]) error {
 	j := &job[R]{Job: jb, dq: dq, queuedAt: now}
 	d.keys[jb.Key] = j
 	dq.push(j)
-	d.markReady(dq)
+	d.queuedOn(jb.Key.Namespace, dq)
 	start, dropped := d.pumpLocked(now)
 	if j.state == stateQueued {
 		// Own goroutine: a fake clock runs AfterFunc callbacks under its lock.
@@ -329,7 +342,7 @@ func (d *Dispatcher[R]) stop() {
 	now := d.clock.Now()
 	var dropped []completed[R]
 	for _, dq := range d.dests {
-		for _, nsq := range dq.ring {
+		for _, nsq := range slices.Clone(dq.ring) { // dropping a namespace's last job takes it out of dq.ring
 			for e := nsq.jobs.Front(); e != nil; {
 				next := e.Next()
 				dropped = append(dropped, d.dropLocked(e.Value.(*job[R]), ErrShutdown, now))
@@ -369,49 +382,120 @@ func (d *Dispatcher[R]) clampLimit(n int) int {
 	return min(n, MaxMaxInFlight, d.global)
 }
 
-// markReady puts dq in the ready ring when it has queued jobs and a free slot of its own.
-func (d *Dispatcher[R]) markReady(dq *destQueue[R]) {
-	if !dq.inReady && dq.queued > 0 && dq.inFlight < dq.limit {
-		dq.inReady = true
-		d.ready = append(d.ready, dq)
+// queuedOn records that ns has jobs queued on dq, and puts ns in the ring.
+func (d *Dispatcher[R]) queuedOn(ns string, dq *destQueue[R]) {
+	f := d.flows[ns]
+	if f == nil {
+		f = &flow[R]{ns: ns}
+		d.flows[ns] = f
+	}
+	if !slices.Contains(f.dests, dq) {
+		f.dests = append(f.dests, dq)
+	}
+	if !f.inRing {
+		f.inRing = true
+		d.ring = append(d.ring, f)
 	}
 }
 
-// pumpLocked starts queued jobs while global slots are free, one per ready destination in turn. Jobs
-// past their StartBy are dropped instead. The returned jobs are counted in d.running and must be
-// launched; the dropped ones delivered.
+// pumpLocked starts queued jobs while global slots are free. Each slot goes to the namespace with the fewest
+// sends in flight among those that can start one now (a job queued on a destination with a free slot of its
+// own), the first in the ring among equals; that namespace goes to the end of the ring and starts its next job
+// on the next of its destinations, in turn (max-min fair over namespaces, as fair queuing serves flows of
+// equal-width requests; FIFO on one destination). Jobs past their StartBy are dropped instead. The returned
+// jobs are counted in d.running and must be launched; the dropped ones delivered.
 func (d *Dispatcher[R]) pumpLocked(now time.Time) (start []*job[R], dropped []completed[R]) {
 	if d.stopping {
 		return nil, nil
 	}
-	for d.inFlight < d.global && len(d.ready) > 0 {
-		dq := d.ready[0]
-		d.ready[0] = nil
-		d.ready = d.ready[1:]
-		dq.inReady = false
-		for dq.inFlight < dq.limit && dq.queued > 0 {
-			j := dq.pop()
-			if !now.Before(j.StartBy) {
-				dropped = append(dropped, d.finishQueuedLocked(j, ErrStartDeadline, now))
-				continue
-			}
-			if j.timer != nil {
-				j.timer.Stop()
-			}
-			j.state = stateRunning
-			dq.inFlight++
-			d.inFlight++
-			d.running.Add(1)
-			start = append(start, j)
+	for d.inFlight < d.global {
+		best := d.pick()
+		if best < 0 {
 			break
 		}
-		d.markReady(dq)
-		d.report(dq)
+		f := d.ring[best]
+		d.ring = slices.Delete(d.ring, best, best+1)
+		j := d.next(f, now, &dropped)
+		if len(f.dests) > 0 {
+			d.ring = append(d.ring, f)
+		} else {
+			f.inRing = false
+			delete(d.flows, f.ns)
+		}
+		if j == nil {
+			continue
+		}
+		if j.timer != nil {
+			j.timer.Stop()
+		}
+		j.state = stateRunning
+		j.dq.inFlight++
+		d.inFlight++
+		d.nsInFlight[f.ns]++
+		d.running.Add(1)
+		start = append(start, j)
+		d.report(j.dq)
 	}
-	if len(d.ready) == 0 {
-		d.ready = nil // let the backing array go
+	if len(d.ring) == 0 {
+		d.ring = nil // let the backing array go
 	}
 	return start, dropped
+}
+
+// pick returns the index in the ring of the namespace to serve next (pumpLocked), or -1 when none can start a
+// job now. Namespaces left with no job queued anywhere leave the ring on the way.
+func (d *Dispatcher[R]) pick() int {
+	best := -1
+	kept := d.ring[:0]
+	for _, f := range d.ring {
+		ready := false
+		f.dests = slices.DeleteFunc(f.dests, func(dq *destQueue[R]) bool {
+			nsq := dq.byNS[f.ns]
+			if nsq == nil || nsq.jobs.Len() == 0 {
+				return true
+			}
+			ready = ready || dq.inFlight < dq.limit
+			return false
+		})
+		if len(f.dests) == 0 {
+			f.inRing = false
+			delete(d.flows, f.ns)
+			continue
+		}
+		kept = append(kept, f)
+		if ready && (best < 0 || d.nsInFlight[f.ns] < d.nsInFlight[kept[best].ns]) {
+			best = len(kept) - 1
+		}
+	}
+	clear(d.ring[len(kept):])
+	d.ring = kept
+	return best
+}
+
+// next takes f's next job to start: on the first of f's destinations, in turn, that has a free slot and a job of
+// f queued. A destination without jobs of f leaves f.dests; jobs past their StartBy are dropped into dropped.
+// nil when none is left to start.
+func (d *Dispatcher[R]) next(f *flow[R], now time.Time, dropped *[]completed[R]) *job[R] {
+	for tries := len(f.dests); tries > 0 && len(f.dests) > 0; tries-- {
+		dq := f.dests[0]
+		f.dests = append(f.dests[1:], dq)
+		nsq := dq.byNS[f.ns]
+		for nsq != nil && nsq.jobs.Len() > 0 && dq.inFlight < dq.limit {
+			j := dq.popFrom(nsq)
+			if now.Before(j.StartBy) {
+				if nsq.jobs.Len() == 0 {
+					f.dests = f.dests[:len(f.dests)-1] // dq is last after the rotation
+				}
+				return j
+			}
+			*dropped = append(*dropped, d.finishQueuedLocked(j, ErrStartDeadline, now))
+			d.report(dq)
+		}
+		if nsq == nil || nsq.jobs.Len() == 0 {
+			f.dests = f.dests[:len(f.dests)-1]
+		}
+	}
+	return nil
 }
 
 // launch runs the started jobs, each in its own goroutine.
@@ -430,7 +514,9 @@ func (d *Dispatcher[R]) run(j *job[R]) {
 	dq := j.dq
 	dq.inFlight--
 	d.inFlight--
-	d.markReady(dq)
+	if d.nsInFlight[j.Key.Namespace]--; d.nsInFlight[j.Key.Namespace] <= 0 {
+		delete(d.nsInFlight, j.Key.Namespace)
+	}
 	now := d.clock.Now()
 	start, dropped := d.pumpLocked(now)
 	draining := d.stopping
@@ -544,31 +630,16 @@ func (dq *destQueue[R]) push(j *job[R]) {
 	dq.queued++
 }
 
-// pop takes the next job in round-robin order over namespaces. dq.queued must be positive.
-func (dq *destQueue[R]) pop() *job[R] {
-	for {
-		nsq := dq.ring[0]
-		dq.ring[0] = nil
-		dq.ring = dq.ring[1:]
-		if nsq.jobs.Len() == 0 {
-			nsq.inRing = false
-			delete(dq.byNS, nsq.ns)
-			continue
-		}
-		j := nsq.jobs.Remove(nsq.jobs.Front()).(*job[R])
-		j.elem = nil
-		dq.queued--
-		if nsq.jobs.Len() > 0 {
-			dq.ring = append(dq.ring, nsq)
-		} else {
-			nsq.inRing = false
-			delete(dq.byNS, nsq.ns)
-		}
-		return j
-	}
+// popFrom takes the first job of nsq, one of dq's namespaces with a job queued.
+func (dq *destQueue[R]) popFrom(nsq *nsQueue[R]) *job[R] {
+	j := nsq.jobs.Remove(nsq.jobs.Front()).(*job[R])
+	j.elem = nil
+	dq.queued--
+	dq.forgetEmpty(nsq)
+	return j
 }
 
-// remove takes the queued job j out of its namespace's FIFO; an emptied namespace leaves the ring lazily.
+// remove takes the queued job j out of its namespace's FIFO.
 func (dq *destQueue[R]) remove(j *job[R]) {
 	if j.elem == nil {
 		return
@@ -576,4 +647,17 @@ func (dq *destQueue[R]) remove(j *job[R]) {
 	j.nsq.jobs.Remove(j.elem)
 	j.elem = nil
 	dq.queued--
+	dq.forgetEmpty(j.nsq)
+}
+
+// forgetEmpty drops nsq from dq when it has no job left.
+func (dq *destQueue[R]) forgetEmpty(nsq *nsQueue[R]) {
+	if nsq.jobs.Len() > 0 || !nsq.inRing {
+		return
+	}
+	nsq.inRing = false
+	delete(dq.byNS, nsq.ns)
+	if i := slices.Index(dq.ring, nsq); i >= 0 {
+		dq.ring = slices.Delete(dq.ring, i, i+1)
+	}
 }

@@ -675,3 +675,63 @@ func TestRunContextEndsAtDeadline(t *testing.T) {
 		t.Fatalf("completion %+v; want the run to see context.DeadlineExceeded", x)
 	}
 }
+
+// Issue 40: the global pool is shared fairly over namespaces, not over destinations. A tenant with sixteen
+// Destinations of its own fills the whole pool; another tenant's four jobs on its one Destination take the next
+// four slots the first tenant frees, ahead of the first tenant's backlog.
+func TestGlobalPoolIsFairOverNamespaces(t *testing.T) {
+	c := newCollector()
+	const global = 16
+	d := newDispatcher(t, Options[int]{Deliver: c.deliver, MaxInFlight: global})
+	rel := map[types.NamespacedName]chan struct{}{}
+	started := make(chan types.NamespacedName, 256)
+	run := func(k types.NamespacedName) func(context.Context) int {
+		ch := make(chan struct{})
+		rel[k] = ch
+		return func(ctx context.Context) int {
+			started <- k
+			select {
+			case <-ch:
+			case <-ctx.Done():
+			}
+			return 0
+		}
+	}
+	n := 0
+	for dest := range 16 {
+		for range 4 {
+			k := key("hog", n)
+			n++
+			mustSubmit(t, d, mkJob(fmt.Sprintf("Destination/hog/d%d", dest), k, 4, run(k)))
+		}
+	}
+	hogs := map[types.NamespacedName]bool{}
+	for range global {
+		hogs[<-started] = true
+	}
+	for i := range 4 {
+		k := key("victim", i)
+		mustSubmit(t, d, mkJob("Destination/victim/pay", k, 4, run(k)))
+	}
+	freed := 0
+	for k := range hogs {
+		if freed == 4 {
+			break
+		}
+		close(rel[k])
+		delete(rel, k)
+		freed++
+		select {
+		case got := <-started:
+			if got.Namespace != "victim" {
+				t.Fatalf("freed slot %d went to %v; want the victim's next job", freed, got)
+			}
+		case <-time.After(wait):
+			t.Fatal("nothing started after a slot was freed")
+		}
+	}
+	for _, ch := range rel {
+		close(ch)
+	}
+	c.take(t, 64+4)
+}

@@ -27,17 +27,19 @@
 // Each destination has its own queue and its own limit of sends in flight (Job.MaxInFlight, default
 // DefaultMaxInFlight, at most MaxMaxInFlight and at most the global limit), shared by every namespace
 // that uses it. Queued jobs of one destination are served round-robin over the namespaces that have
-// queued jobs, FIFO inside a namespace; a namespace that has nothing queued earns no credit. This is the
+// queued jobs (the namespace with the fewest sends in flight first), FIFO inside a namespace; a namespace that has nothing queued earns no credit. This is the
 // order of the start-time fair queue of package limiter for jobs of equal cost (one send each), kept
 // here as a ring of per-namespace FIFOs because the jobs themselves are present: a tenant with 1,000
 // queued jobs delays another tenant's single job by at most one send of each other namespace.
 //
 // Options.MaxInFlight (default DefaultGlobalMaxInFlight) bounds the sends of the whole manager; it is the
 // only resource destinations share. A destination never runs more than its own limit, so a slow
-// destination cannot delay another one until the global pool is full; when it is, each freed slot goes to
-// the next destination with queued jobs, round-robin over destinations. With the defaults (64 per
-// destination, 1,024 in all) sixteen destinations must be saturated at once before any waits on another:
-// for full isolation, keep the global limit at least the sum of the limits of the destinations busy at once.
+// destination cannot delay another one until the global pool is full. When it is, each freed slot goes to
+// the namespace with the fewest sends in flight among those with a job that can start (on a destination
+// with a free slot of its own), the longest unserved among equals; it starts its next job on its
+// destinations in turn. So the pool is shared max-min fairly over namespaces (tenants), not over
+// destinations: a tenant with sixteen Destinations of its own, saturated, holds no more of a freed pool than
+// a tenant with one (DESIGN rule 13; the same order serves one destination's queue).
 //
 // # Shutdown and leadership
 //

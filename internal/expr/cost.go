@@ -1,11 +1,9 @@
 package expr
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"unsafe"
 
 	"github.com/google/cel-go/cel"
@@ -451,18 +449,4 @@ func guardedOverload(overloads []*decls.OverloadDecl, b *functions.Overload, bou
 		return cel.Overload(d.ID(), argTypes, d.ResultType(), cel.FunctionBinding(impl))
 	}
 	return func(f *decls.FunctionDecl) (*decls.FunctionDecl, error) { return f, nil }
-}
-
-// evalSlots bounds the evaluations running at once in the process (GOMAXPROCS): evaluation is CPU-bound, so
-// more at once would only hold more memory.
-var evalSlots = make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
-
-// acquire takes an evaluation slot, or returns ctx's error.
-func acquire(ctx context.Context) (func(), error) {
-	select {
-	case evalSlots <- struct{}{}:
-		return func() { <-evalSlots }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 }

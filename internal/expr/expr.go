@@ -60,6 +60,13 @@ const (
 	// out before reaching the cost limit.
 	EvalTimeout = 2 * time.Second
 
+	// SlotWait bounds the wait for an evaluation slot (slots.go), apart from EvalTimeout, which starts once the
+	// slot is taken: a wait behind other evaluations never eats the evaluation's own time. It is longer than one
+	// EvalTimeout, so that with the slots served fairly over namespaces a tenant whose expressions fill every
+	// slot delays another's next evaluation by about one evaluation, within SlotWait. An evaluation that does not
+	// get a slot in time did not finish (Unfinished): it decides nothing (DESIGN rule 12).
+	SlotWait = EvalTimeout + time.Second
+
 	// MaxSourceLength is the maximum length of an expression, in bytes.
 	MaxSourceLength = 16 * 1024
 
@@ -155,17 +162,15 @@ func (p *Program) Eval(r Response) (bool, error) {
 // EvalContext is Eval with a context: evaluation stops with an error when
 // ctx is done. EvalTimeout applies in any case.
 func (p *Program) EvalContext(ctx context.Context, r Response) (ok bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, EvalTimeout)
-	defer cancel()
 	defer func() {
 		// CEL should not panic, but a predicate must never crash the operator.
 		if rec := recover(); rec != nil {
-			ok, err = false, &EvalError{Kind: "internal error"}
+			ok, err = false, &EvalError{Kind: kindInternal}
 		}
 	}()
-	release, err := acquire(ctx)
+	ctx, release, err := slot(ctx)
 	if err != nil {
-		return false, evalError(err)
+		return false, err
 	}
 	defer release()
 	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r, PredicateSizes)})
@@ -312,16 +317,14 @@ const MaxValueBytes = maxStringBytes
 // are, a number or boolean in its JSON form (3, 1.5, true), and a list or map as JSON (RFC 8259). A null
 // result, a runtime error (a missing key, the cost limit, EvalTimeout or ctx ending) is an error.
 func (p *ValueProgram) EvalString(ctx context.Context, r Response) (s string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, EvalTimeout)
-	defer cancel()
 	defer func() {
 		if rec := recover(); rec != nil {
-			s, err = "", &EvalError{Kind: "internal error"}
+			s, err = "", &EvalError{Kind: kindInternal}
 		}
 	}()
-	release, err := acquire(ctx)
+	ctx, release, err := slot(ctx)
 	if err != nil {
-		return "", evalError(err)
+		return "", err
 	}
 	defer release()
 	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r, ValueSizes)})
@@ -370,13 +373,56 @@ func checkValueSize(n int) error {
 	return nil
 }
 
+// slot waits at most SlotWait (and while ctx lasts) for an evaluation slot, then gives the evaluation its own
+// EvalTimeout from that moment: the returned context, and release, which frees the slot and the timer. A slot
+// not had in time is an EvalError that is Unfinished.
+func slot(ctx context.Context) (context.Context, func(), error) {
+	waitCtx, cancelWait := context.WithTimeout(ctx, SlotWait)
+	free, err := acquire(waitCtx)
+	cancelWait()
+	if err != nil {
+		e := evalError(err)
+		e.Kind = "no evaluation slot within " + SlotWait.String() + " (" + e.Kind + ")"
+		return nil, nil, e
+	}
+	evalCtx, cancel := context.WithTimeout(ctx, EvalTimeout)
+	return evalCtx, func() { cancel(); free() }, nil
+}
+
+// Unfinished reports whether err says that an evaluation did not finish for a reason outside the expression and
+// its input: its deadline (EvalTimeout), no evaluation slot within SlotWait, or cancellation (a shutdown). Such
+// an evaluation decides nothing (DESIGN rule 12): run it again later on the same input. An expression's own
+// runtime error (a missing key, a type mismatch) is a finished evaluation; so is the cost limit, which
+// NeverFinishes.
+func Unfinished(err error) bool {
+	e, ok := errors.AsType[*EvalError](err)
+	if !ok {
+		return false
+	}
+	return e.ctx != nil || e.Kind == "operation interrupted" || e.Kind == "operation cancelled"
+}
+
+// NeverFinishes reports whether err says that the evaluation cannot finish on this input, however often it is
+// run: the cost limit (CostLimit) or an internal error of the evaluator. Such an evaluation decides nothing
+// either (DESIGN rule 12): the input waits for a person.
+func NeverFinishes(err error) bool {
+	e, ok := errors.AsType[*EvalError](err)
+	return ok && (e.Kind == kindCostLimit || e.Kind == kindInternal)
+}
+
+// Headers returns h as an expression sees response.headers: names lower-cased (names that differ only by case
+// merged), the values of one name joined with ", ", bounded (the first 64 names in sorted order, each value cut
+// to 8 KiB, names over the header name bound left out). Headers of an http.Header holding exactly such a map
+// returns the same map, so a map kept in status gives a later evaluation the same input.
+func Headers(h http.Header) map[string]string { return headerMap(h) }
+
 // EvalError is a runtime error of an expression. Its text names the kind of failure only ("no such key",
 // "index out of bounds", ...), never the values involved: CEL quotes them ("no such key: <key>"), and a key or
 // index may come from the response, which the text must not carry into status, conditions or Events
 // (DESIGN rule 11). The CEL error itself is not kept.
 type EvalError struct {
 	// Kind is one of evalErrorKinds, the text of a context error (context deadline exceeded, context
-	// canceled), "internal error" or "runtime error".
+	// canceled, or either after "no evaluation slot within 2s"), "internal error" or "runtime error".
 	Kind string
 	// ctx is the context error that stopped the evaluation, if any (errors.Is).
 	ctx error
@@ -396,8 +442,11 @@ var evalErrorKinds = []string{
 	"invalid UTF-8", "unsupported",
 }
 
-// kindCostLimit is the kind of an evaluation stopped by CostLimit.
-const kindCostLimit = "actual cost limit exceeded"
+// kindCostLimit is the kind of an evaluation stopped by CostLimit; kindInternal of one the evaluator panicked on.
+const (
+	kindCostLimit = "actual cost limit exceeded"
+	kindInternal  = "internal error"
+)
 
 // evalError is err (a CEL evaluation error) as an EvalError.
 func evalError(err error) *EvalError {

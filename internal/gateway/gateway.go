@@ -99,6 +99,13 @@ func New(ctx context.Context, c, callers client.Client, ca cache.Cache, o Option
 	if o.Authenticator == nil || o.Authorizer == nil {
 		return nil, errors.New("gateway: an authenticator and an authorizer are required")
 	}
+	for _, h := range o.ForwardHeaders {
+		// The API server refuses an action that sets one (docs/security.md): every request forwarding it would fail.
+		if actionsv1alpha1.RoutingHeader(h) {
+			return nil, fmt.Errorf("--forward-headers names %s, a routing-override or forwarding header, which an "+
+				"ExternalAction may not set (a proxy in front of the destination would route by it); remove it", h)
+		}
+	}
 	g := &Gateway{client: c, callers: callers, cache: ca, opts: o, notifier: newNotifier()}
 	inf, err := ca.GetInformer(ctx, &actionsv1alpha1.ExternalAction{})
 	if err != nil {

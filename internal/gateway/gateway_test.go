@@ -224,3 +224,17 @@ func equalHeaders(a, b http.Header) bool {
 	}
 	return true
 }
+
+// Issue 40 row 7: the gateway refuses to start forwarding a routing-override header, which the API server
+// refuses in every action it would create.
+func TestForwardHeadersRefuseRoutingHeaders(t *testing.T) {
+	authn := authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) { return nil, false, nil })
+	authz := authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		return authorizer.DecisionNoOpinion, "", nil
+	})
+	_, err := New(t.Context(), nil, nil, nil, Options{Authenticator: authn, Authorizer: authz,
+		ForwardHeaders: []string{"X-Request-Id", "X-Forwarded-Prefix"}})
+	if err == nil || !strings.Contains(err.Error(), "X-Forwarded-Prefix") {
+		t.Fatalf("New = %v, want a refusal naming X-Forwarded-Prefix", err)
+	}
+}

@@ -72,7 +72,10 @@ func contentCodings(h http.Header) ([]string, error) {
 // decoder returns r with the codings removed (the last applied is removed first) and a function that
 // releases the decoders. An empty body is returned as it is (a HEAD answer or a 204 may name a coding).
 // Errors are those of the decoders' headers (a gzip body without its magic number).
-func decoder(r io.Reader, codings []string) (io.Reader, func(), error) {
+//
+// Each decoder's window is taken from the window budget in flow's share before it opens (window_budget.go); one that
+// does not fit is errWindowBudget, and nothing of it is allocated.
+func decoder(r io.Reader, codings []string, flow string) (io.Reader, func(), error) {
 	var closers []func()
 	release := func() {
 		for _, c := range closers {
@@ -85,12 +88,19 @@ func decoder(r io.Reader, codings []string) (io.Reader, func(), error) {
 	}
 	out := io.Reader(br)
 	for _, coding := range slices.Backward(codings) {
-		d, closeFn, err := newDecoder(out, coding)
+		head := bufio.NewReader(out)
+		free, ok := windows.take(flow, declaredWindow(head, coding))
+		if !ok {
+			release()
+			return nil, func() {}, errWindowBudget
+		}
+		d, closeFn, err := newDecoder(head, coding)
 		if err != nil {
+			free()
 			release()
 			return nil, func() {}, err
 		}
-		closers = append(closers, closeFn)
+		closers = append(closers, closeFn, free)
 		out = d
 	}
 	return out, release, nil
@@ -182,7 +192,9 @@ func (c *rawReader) Read(p []byte) (int, error) {
 // removed. A body that cannot be decoded is kept as UndecodedBody, hashed as received, with out.BodyErr of
 // ClassContentEncoding; a body whose decoding fails part way keeps what was decoded before (BodyTruncated).
 // The error returned is that of reading the body itself (a timeout or reset), for the caller to classify.
-func readResponseBody(out *Response, body io.Reader, keep int, hardLimit int64) error {
+//
+// flow is the namespace the request is made for: the decoders' windows are charged to its share (window_budget.go).
+func readResponseBody(out *Response, body io.Reader, keep int, hardLimit int64, flow string) error {
 	if hardLimit <= 0 {
 		hardLimit = DefaultMaxReadBytes
 	}
@@ -199,7 +211,7 @@ func readResponseBody(out *Response, body io.Reader, keep int, hardLimit int64) 
 	if len(codings) > 0 {
 		src = io.TeeReader(raw, rawHash) // for the hash as received, should a decoder refuse the body
 	}
-	dec, release, err := decoder(src, codings)
+	dec, release, err := decoder(src, codings, flow)
 	defer release()
 	if err != nil {
 		undecoded(out, raw, rawHash, hardLimit, err)
@@ -241,7 +253,11 @@ func undecoded(out *Response, raw *rawReader, h hash.Hash, hardLimit int64, caus
 // a decoder's message may quote offsets or values of the body.
 func contentEncodingError(cause error) *Error {
 	msg := "the response body does not decode as its Content-Encoding names"
-	if errors.Is(cause, errUnsupportedCoding) {
+	switch {
+	case errors.Is(cause, errWindowBudget):
+		msg = "the response body is compressed with a decoder window that does not fit in the manager's budget " +
+			"for decoder windows now (the request asked for Accept-Encoding: identity), so its body is not kept"
+	case errors.Is(cause, errUnsupportedCoding):
 		msg = "the response's Content-Encoding is not gzip, deflate, br or zstd (at most " +
 			strconv.Itoa(maxContentCodings) + " of them), so its body is not kept"
 	}

@@ -103,6 +103,9 @@ type Request struct {
 	// TLS holds the destination's TLS material for https URLs; nil means the
 	// system roots, no client certificate.
 	TLS *TLSOptions
+	// Flow is the namespace the request is made for: a compressed answer's decoder window is charged to its
+	// share of the window budget (window_budget.go). "" is a flow of its own.
+	Flow string
 }
 
 // TLSOptions are the TLS inputs of a destination, already read from Secrets
@@ -325,7 +328,7 @@ func (e *HTTPExecutor) execute(ctx context.Context, req Request, maxBodyBytes in
 	defer func() { _ = resp.Body.Close() }()
 
 	out := &Response{StatusCode: resp.StatusCode, Header: resp.Header}
-	if rerr := readResponseBody(out, resp.Body, max(maxBodyBytes, 0), e.cfg.maxReadBytes); rerr != nil {
+	if rerr := readResponseBody(out, resp.Body, max(maxBodyBytes, 0), e.cfg.maxReadBytes, req.Flow); rerr != nil {
 		out.BodyErr = newError(ctx, actx, timeout, rerr, true, stageResponse, tr)
 	}
 	return Result{Response: out, Written: true, WroteRequest: tr.wroteRequest.Load()}

@@ -26,6 +26,10 @@ const (
 	// (Env.Claimless); at least the attempt timeout plus the claim margin. It bounds what a crash-looping manager
 	// can send again (docs/concepts.md "Sends without a claim").
 	ClaimlessWindow = 2 * time.Minute
+	// MaxUnfinishedEvaluations bounds the evaluations of one response's successWhen that do not finish (DESIGN
+	// rule 12): after that many, spread by JudgeBackoff over about 15 minutes, the action waits for a person
+	// (OutcomeUnknown, reason VerdictUnavailable) with the response recorded.
+	MaxUnfinishedEvaluations = 20
 	// DefaultClaimMargin is added to the attempt timeout to form a claim's expiry when Env.ClaimMargin is
 	// not positive (--claim-margin default): the time to record the outcome.
 	DefaultClaimMargin = 5 * time.Second
@@ -86,6 +90,9 @@ const (
 	KindSend Kind = "Send"
 	// KindPostCheck: ask the destination's post-check about the open, uncertain claim.
 	KindPostCheck Kind = "PostCheck"
+	// KindJudge: the open claim's response is recorded but not judged (Claim.Verdict, DESIGN rule 12): evaluate
+	// spec.successWhen again on the recorded response and apply the result with Record. Nothing is sent.
+	KindJudge Kind = "Judge"
 )
 
 // Event is emitted after the status write that carries it succeeded.
@@ -129,6 +136,13 @@ type Outcome struct {
 	RetryAfter string
 	// Response is the recorded response (capped body), nil without one.
 	Response *actionsv1alpha1.ResponseRecord
+	// Verdict (ClassUnjudged only) is what a later evaluation needs besides status.response: the headers as the
+	// expression saw them, the digest of its input, the class should successWhen not hold, and why this
+	// evaluation did not finish. Nil when the response cannot be kept for a later evaluation.
+	Verdict *actionsv1alpha1.PendingVerdict
+	// Unjudgeable (ClassUnjudged only), when set, says why no later evaluation can finish either (the cost limit,
+	// headers too large to keep, an input that changed): the action waits for a person at once.
+	Unjudgeable string
 	// TraceID is the trace id of the attempt's span (internal/tracing), "" when it was not traced. It goes into
 	// the attempt's history entry; a traced attempt keeps that entry even when it is the only one (Traced).
 	TraceID string
@@ -175,6 +189,9 @@ func Advance(cur *actionsv1alpha1.ExternalActionStatus, env Env) Step {
 	if c := cur.Claim; c != nil {
 		if env.Now.Before(c.ExpiresAt.Time) {
 			return Step{Kind: KindWait, At: c.ExpiresAt.Time}
+		}
+		if c.Verdict != nil {
+			return Step{Kind: KindJudge} // the response is here: judge it again, never send (DESIGN rule 12)
 		}
 		return uncertain(cur, env, "ClaimExpired",
 			fmt.Sprintf("attempt %d by %s has no recorded outcome and its claim expired at %s", c.Attempt, c.Holder, c.ExpiresAt.UTC().Format(time.RFC3339)))
@@ -255,6 +272,8 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 		return Step{}, false
 	}
 	st := cur.DeepCopy()
+	pending := st.Claim.Verdict
+	st.Claim.Verdict = nil // judged now, or kept again below
 	rec := actionsv1alpha1.AttemptRecord{
 		Number:     attempt,
 		StartedAt:  c.StartedAt,
@@ -273,6 +292,8 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 	}
 	st.LastError = lastError(o)
 	switch o.Class {
+	case retry.ClassUnjudged:
+		return unjudged(st, pending, attempt, o, env), true
 	case retry.ClassSuccess:
 		st.Claim = nil
 		st.LastError = ""
@@ -303,6 +324,56 @@ func Record(cur *actionsv1alpha1.ExternalActionStatus, attempt int32, o Outcome,
 		st.Claim = nil
 		return retried(schedule(st, env, o.RetryAfter, fmt.Sprintf("attempt %d: %s", attempt, describe(o)))), true
 	}
+}
+
+// JudgeBackoff is the wait before the n-th (1-based) evaluation of a response whose verdict is pending: 1 s,
+// doubled each time, at most a minute.
+func JudgeBackoff(n int32) time.Duration {
+	if n > 6 {
+		return time.Minute
+	}
+	return min(time.Second<<max(n-1, 0), time.Minute)
+}
+
+// unjudged records an attempt whose response arrived but whose successWhen evaluation did not finish (DESIGN
+// rule 12): no verdict. The claim stays open with the pending verdict (prev's, when this response was already
+// pending, with its count raised), its expiry moved to the next evaluation (JudgeBackoff), phase InProgress with
+// reason VerdictPending. When no evaluation can finish (o.Unjudgeable), or MaxUnfinishedEvaluations did not,
+// the action is OutcomeUnknown, reason VerdictUnavailable, for a person: never Failed, and nothing is resent.
+func unjudged(st *actionsv1alpha1.ExternalActionStatus, prev *actionsv1alpha1.PendingVerdict, attempt int32, o Outcome,
+	env Env) Step {
+	v := o.Verdict
+	if prev != nil {
+		v = prev.DeepCopy()
+		if o.Verdict != nil {
+			v.Reason = o.Verdict.Reason
+		}
+	}
+	why := o.Unjudgeable
+	if v != nil {
+		v = v.DeepCopy()
+		v.Evaluations++
+		if why == "" && v.Evaluations >= MaxUnfinishedEvaluations {
+			why = fmt.Sprintf("%d evaluations of spec.successWhen did not finish (the last: %s)", v.Evaluations, v.Reason)
+		}
+	} else if why == "" {
+		why = "the response could not be kept for a later evaluation"
+	}
+	if why != "" {
+		st.Claim = nil
+		msg := fmt.Sprintf("attempt %d was answered with status %d, but no verdict could be drawn: %s. The response is "+
+			"recorded in status.response and nothing is sent again: decide with the %s annotation (applied, "+
+			"not-applied or retry)", attempt, o.StatusCode, why, actionsv1alpha1.AnnotationResolve)
+		finish(st, env, actionsv1alpha1.PhaseOutcomeUnknown, actionsv1alpha1.ReasonVerdictUnavailable, msg)
+		return Step{Kind: KindNone, Status: st, Event: &Event{Warning: true, Reason: actionsv1alpha1.ReasonVerdictUnavailable, Message: msg}}
+	}
+	st.Claim.Verdict = v
+	st.Claim.ExpiresAt = metav1.NewTime(CeilSecond(env.Now.Add(JudgeBackoff(v.Evaluations))))
+	setPhase(st, actionsv1alpha1.PhaseInProgress, actionsv1alpha1.ReasonVerdictPending, fmt.Sprintf(
+		"attempt %d was answered with status %d, and spec.successWhen's evaluation did not finish (%s; %d time(s)): "+
+			"no verdict yet. The recorded response is judged again at %s; nothing is sent again", attempt, o.StatusCode,
+		v.Reason, v.Evaluations, st.Claim.ExpiresAt.UTC().Format(time.RFC3339)), env)
+	return Step{Kind: KindWait, At: st.Claim.ExpiresAt.Time, Status: st}
 }
 
 // retried gives a step that schedules a retry after a failed attempt its Warning Event (reason RetryScheduled),
@@ -537,14 +608,19 @@ func Resolve(cur *actionsv1alpha1.ExternalActionStatus, decision, reason string,
 	return Step{Kind: KindNone, Status: st, At: expiry(st), Event: &Event{Reason: actionsv1alpha1.ReasonResolved, Message: msg}}, nil
 }
 
-// Delayed marks the action as waiting on its destination (rate limit, pause or retry budget) until until.
-// It returns a write only when the reason changes, so a waiting action costs no write per poll.
+// Delayed marks the action as waiting on its destination (rate limit, pause or retry budget) until until, or,
+// with a zero until, for capacity whose return cannot be predicted (room in flight: the waiter is woken, and no
+// nextAttemptAt holds it back). It returns a write only when the reason changes, so a waiting action costs no
+// write per poll.
 func Delayed(cur *actionsv1alpha1.ExternalActionStatus, reason, msg string, until time.Time, env Env) Step {
 	if condReason(cur, actionsv1alpha1.ConditionReconciling, reason) {
 		return Step{Kind: KindWait, At: until}
 	}
 	st := cur.DeepCopy()
-	st.NextAttemptAt = PtrTime(until)
+	st.NextAttemptAt = nil
+	if !until.IsZero() {
+		st.NextAttemptAt = PtrTime(until)
+	}
 	phase := st.Phase
 	if phase == "" {
 		phase = actionsv1alpha1.PhasePending

@@ -51,6 +51,11 @@ type heldOutputs struct {
 	values map[string]string
 	// err is the first expression that failed (key and CEL error, never a value); values is then nil.
 	err error
+	// view, when set, is the response whose values are not taken yet: an expression's evaluation did not finish
+	// (expr.Unfinished), which decides nothing (DESIGN rule 12); Settle evaluates them again on it. unfinished
+	// counts those evaluations.
+	view       *redact.View
+	unfinished int32
 }
 
 // Manager holds the values of spec.outputs between the send that took them and the write of the target, and
@@ -143,11 +148,19 @@ const MaxHeldBytes = 1 << 20
 // form the view knows (DESIGN rule 11: a value read from a Secret goes into the request and nowhere else, so
 // it never reaches an output either). A failure is held as the key, the expression's kind of failure and
 // never a value (expr.EvalError).
+//
+// An evaluation that did not finish (its deadline, no evaluation slot in time: expr.Unfinished) is not a failure
+// (DESIGN rule 12): the view itself is held, and Settle evaluates the values again on it.
 func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction, view *redact.View) {
+	h := mgr.take(ctx, xa, view)
+	mgr.held.Store(types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name}, h)
+}
+
+// take evaluates spec.outputs.values on view (Hold).
+func (mgr *Manager) take(ctx context.Context, xa *actionsv1alpha1.ExternalAction, view *redact.View) *heldOutputs {
 	h := &heldOutputs{uid: xa.UID}
-	defer mgr.held.Store(types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name}, h)
 	in := expr.Response{StatusCode: view.StatusCode, Header: view.Header, Body: view.Body}
-	ctx, cancel := context.WithTimeout(ctx, outputEvalBudget)
+	ctx, cancel := context.WithTimeout(expr.WithFlow(ctx, xa.Namespace), outputEvalBudget)
 	defer cancel()
 	values := make(map[string]string, len(xa.Spec.Outputs.Values))
 	held := 0
@@ -163,6 +176,11 @@ func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 		if err == nil {
 			values[k] = v
 		}
+		if expr.Unfinished(err) {
+			h.view = view
+			h.err = fmt.Errorf("spec.outputs.values[%q]: %w", k, err)
+			return h
+		}
 		if err != nil {
 			if _, eval := errors.AsType[*expr.EvalError](err); eval {
 				err = fmt.Errorf("%w%s", err, view.NotExposed())
@@ -172,10 +190,25 @@ func (mgr *Manager) Hold(ctx context.Context, xa *actionsv1alpha1.ExternalAction
 					err, actionsv1alpha1.MaxOutputResponseBytes)
 			}
 			h.err = fmt.Errorf("spec.outputs.values[%q]: %w", k, err)
-			return
+			return h
 		}
 	}
 	h.values = values
+	return h
+}
+
+// retake evaluates again the values of h, held as a view whose evaluation did not finish, and holds the result;
+// it returns the wait before the next try when this one did not finish either (ledger.JudgeBackoff).
+func (mgr *Manager) retake(ctx context.Context, xa *actionsv1alpha1.ExternalAction, h *heldOutputs) (*heldOutputs, time.Duration) {
+	again := mgr.take(ctx, xa, h.view)
+	if again.view != nil {
+		again.unfinished = h.unfinished + 1
+	}
+	mgr.held.Store(client.ObjectKeyFromObject(xa), again)
+	if again.view != nil {
+		return again, ledger.JudgeBackoff(again.unfinished)
+	}
+	return again, 0
 }
 
 // kindOf is the kind of xa's output object.
@@ -322,7 +355,16 @@ func (mgr *Manager) Settle(ctx context.Context, xa *actionsv1alpha1.ExternalActi
 	kind, name := outputTarget(xa)
 	out := actionsv1alpha1.OutputsStatus{Kind: kind, Name: name}
 	var msg string
-	switch h := mgr.heldFor(xa); {
+	h := mgr.heldFor(xa)
+	if h != nil && h.view != nil {
+		var wait time.Duration
+		if h, wait = mgr.retake(ctx, xa, h); wait > 0 {
+			log.FromContext(ctx).V(1).Info("the outputs' evaluation did not finish; evaluating them again later",
+				"wait", wait, "error", h.err.Error())
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+	}
+	switch {
 	case h != nil && h.err != nil:
 		out.Reason = actionsv1alpha1.ReasonOutputExpressionFailed
 		msg = fmt.Sprintf("%v; nothing was written to %s %s/%s, and nothing is sent again. The recorded response is in "+

@@ -46,6 +46,11 @@ const (
 	// nothing.
 	NoRoom = 300 * time.Millisecond
 
+	// Room (2 s) is the safety net of a send parked in its destination's waiting room (internal/waitroom): a
+	// completion at the destination wakes the next waiter, so this only bounds a wait whose wake was lost. It is
+	// jittered over [Room/2, 3*Room/2).
+	Room = 2 * time.Second
+
 	// NotDispatched (1 s) follows a post-check the dispatcher did not take (stopping, or the key already held)
 	// or a verdict that could not be written: the post-check is only a read, so it is asked again later.
 	NotDispatched = time.Second

@@ -29,6 +29,10 @@ const (
 	// was written, or a retryOnStatus code other than 408/425/429/503 when
 	// repeating is not safe); resolve per DESIGN rule 3, never resend blindly.
 	ClassUncertain Class = "Uncertain"
+	// ClassUnjudged: a response arrived, but the evaluation of successWhen on it did not finish (DESIGN rule 12):
+	// no verdict is drawn from it. The response is recorded and judged again from what was received, never by
+	// sending again (the caller classifies it; Classify never returns it).
+	ClassUnjudged Class = "Unjudged"
 )
 
 // Observation is what one attempt produced.

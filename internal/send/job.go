@@ -2,10 +2,19 @@ package send
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -168,7 +177,7 @@ func (s *Sender) run(ctx context.Context, r request) *Result {
 	}
 	ex := s.exchange(ctx, r, timeout)
 	if r.kind == kindCheck {
-		return r.checked(s.verdict(r.dest, ex.checkResult(), ex.red))
+		return r.checked(s.verdict(r.dest, ex.checkResult(), ex.red, r.xa.Namespace))
 	}
 	view := ex.red.View(ex.res.Response) // nil without a response
 	p := r.outcome(s.classify(r, ex, view))
@@ -220,7 +229,7 @@ func (s *Sender) exchange(ctx context.Context, r request, timeout time.Duration)
 		keep = r.keep + red.Longest()
 	}
 	res := s.Executor.Execute(ctx, httpexec.Request{Method: r.method, URL: r.target, Header: h, Body: r.body,
-		Timeout: timeout, TLS: dest.TLS}, keep)
+		Timeout: timeout, TLS: dest.TLS, Flow: r.xa.Namespace}, keep)
 	refused := dest.Refused(token, res)
 	return exchanged{res: res, red: red, renewed: token != "", refused: refused}
 }
@@ -290,14 +299,127 @@ func (s *Sender) classify(r request, ex exchanged, view *redact.View) ledger.Out
 			o.Error = red.String("spec.successWhen: " + err.Error() + view.NotExposed())
 		}
 		obs.Succeeded = ok
+		if unfinished(err) {
+			// No verdict without an evaluation (DESIGN rule 12): the class should successWhen not hold is kept
+			// for the later evaluation (Judge), with the input it must see again.
+			obs.Succeeded = false
+			return unjudged(o, exprResponse(view), retry.Classify(obs, r.env.Policy, r.env.RepeatSafe, r.env.KeySupported), err)
+		}
 	}
 	o.Class = retry.Classify(obs, r.env.Policy, r.env.RepeatSafe, r.env.KeySupported)
 	return o
 }
 
+// unfinished reports whether err, successWhen's evaluation error, drew no verdict: it did not finish
+// (expr.Unfinished) or cannot (expr.NeverFinishes).
+func unfinished(err error) bool { return expr.Unfinished(err) || expr.NeverFinishes(err) }
+
+// unjudged is o, an attempt's outcome with a response, as ClassUnjudged: in is the expression's input, otherwise
+// the class should successWhen not hold, err why the evaluation drew no verdict. The pending verdict keeps
+// in's headers and digest (the status code and body are status.response's); an evaluation that can never
+// finish (expr.NeverFinishes), or headers over MaxPendingVerdictHeaderBytes, make it Unjudgeable.
+func unjudged(o ledger.Outcome, in expr.Response, otherwise retry.Class, err error) ledger.Outcome {
+	o.Class = retry.ClassUnjudged
+	headers := expr.Headers(in.Header)
+	size := 0
+	for k, v := range headers {
+		size += len(k) + len(v)
+	}
+	kind := err.Error()
+	if e, ok := errors.AsType[*expr.EvalError](err); ok {
+		kind = e.Kind
+	}
+	switch {
+	case expr.NeverFinishes(err):
+		o.Unjudgeable = "spec.successWhen cannot be evaluated on this response (" + kind + ")"
+	case size > actionsv1alpha1.MaxPendingVerdictHeaderBytes:
+		o.Unjudgeable = fmt.Sprintf("spec.successWhen's evaluation did not finish (%s), and the response's headers "+
+			"(%d bytes) are too large to keep for a later evaluation (limit %d bytes)", kind, size,
+			actionsv1alpha1.MaxPendingVerdictHeaderBytes)
+	}
+	o.Verdict = &actionsv1alpha1.PendingVerdict{ReceivedAt: metav1.NewTime(o.FinishedAt), Headers: headers,
+		InputSHA256: inputDigest(in.StatusCode, headers, in.Body), Otherwise: string(otherwise), Reason: kind}
+	return o
+}
+
+// inputDigest is the hex SHA-256 of an expression's input: the status code, the headers as it sees them (sorted
+// by name) and the body, each length-prefixed so that no two inputs share a digest by moving bytes between them.
+func inputDigest(code int, headers map[string]string, body []byte) string {
+	h := sha256.New()
+	field := func(b []byte) {
+		_ = binary.Write(h, binary.BigEndian, uint64(len(b)))
+		h.Write(b)
+	}
+	field([]byte(strconv.Itoa(code)))
+	for _, k := range slices.Sorted(maps.Keys(headers)) {
+		field([]byte(k))
+		field([]byte(headers[k]))
+	}
+	field(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Judge evaluates spec.successWhen of xa again on the response recorded for its open claim, whose verdict is
+// pending (status.claim.verdict, DESIGN rule 12): the status code and body of status.response and the
+// verdict's headers, the same input as the first evaluation (checked by its digest). It sends nothing. The
+// outcome is for ledger.Record on that claim: Success, the verdict's recorded class when successWhen does not
+// hold, or ClassUnjudged again (Unjudgeable when the input read back differs, or can never be evaluated).
+//
+// A success of an action with spec.outputs holds its outputs from the same recorded response (Sender.Succeeded),
+// as an attempt's does: its body is status.response's, cut to MaxResponseBodyBytes.
+func (s *Sender) Judge(ctx context.Context, xa *actionsv1alpha1.ExternalAction) ledger.Outcome {
+	c, resp := xa.Status.Claim, xa.Status.Response
+	v := c.Verdict
+	o := ledger.Outcome{FinishedAt: v.ReceivedAt.Time, RetryAfter: retryAfterOf(&xa.Status, c.Attempt)}
+	if resp == nil {
+		o.Class, o.Unjudgeable = retry.ClassUnjudged, "the recorded response is gone from status"
+		return o
+	}
+	o.StatusCode, o.Response = int(resp.StatusCode), resp.DeepCopy()
+	header := make(http.Header, len(v.Headers))
+	for k, val := range v.Headers {
+		header[k] = []string{val}
+	}
+	in := expr.Response{StatusCode: o.StatusCode, Header: header, Body: []byte(resp.Body)}
+	if inputDigest(in.StatusCode, expr.Headers(header), in.Body) != v.InputSHA256 {
+		o.Class, o.Unjudgeable = retry.ClassUnjudged, "the response recorded in status is not the one received "+
+			"(the API server refused the full status, so it was recorded without the body or headers)"
+		return o
+	}
+	ok, err := s.successOn(xa, in)
+	switch {
+	case unfinished(err):
+		return unjudged(o, in, retry.Class(v.Otherwise), err)
+	case err != nil:
+		o.Error = "spec.successWhen: " + err.Error()
+	}
+	if ok {
+		o.Class = retry.ClassSuccess
+		if xa.Spec.Outputs != nil && s.Succeeded != nil {
+			s.Succeeded(ctx, xa, &redact.View{StatusCode: o.StatusCode, Header: header, Body: in.Body,
+				BodyTruncated: resp.BodyTruncated, BodySHA256: resp.BodySHA256})
+		}
+	} else {
+		o.Class = retry.Class(v.Otherwise)
+	}
+	return o
+}
+
+// retryAfterOf is the Retry-After recorded with attempt in st's history ("" without one).
+func retryAfterOf(st *actionsv1alpha1.ExternalActionStatus, attempt int32) string {
+	for _, r := range st.AttemptHistory {
+		if r.Number == attempt {
+			return r.RetryAfter
+		}
+	}
+	return ""
+}
+
 // verdict evaluates the post-check's applied and notApplied expressions on its response; a failed request
 // or a response neither proves is inconclusive.
-func (s *Sender) verdict(dest *destination.Resolved, res httpexec.Result, red *redact.Redactor) *CheckResult {
+//
+// ns is the namespace of the action asked about: the flow its evaluations are served in (expr.WithFlow).
+func (s *Sender) verdict(dest *destination.Resolved, res httpexec.Result, red *redact.Redactor, ns string) *CheckResult {
 	out := &CheckResult{Verdict: ledger.VerdictInconclusive}
 	if res.Err != nil || res.Response == nil {
 		return out
@@ -318,9 +440,18 @@ func (s *Sender) verdict(dest *destination.Resolved, res httpexec.Result, red *r
 			failed = append(failed, "spec.reconciliation."+c.field+" does not compile")
 			continue
 		}
-		ok, err := p.Eval(in)
+		ok, err := p.EvalContext(expr.WithFlow(context.Background(), ns), in)
 		if err != nil {
-			failed = append(failed, "spec.reconciliation."+c.field+" failed to evaluate on the response")
+			// An evaluation that did not finish decides nothing (DESIGN rule 12): the check is inconclusive, never
+			// NotApplied, and is asked again within the destination's post-check bound.
+			why := " failed to evaluate on the response"
+			if e, unfinished := errors.AsType[*expr.EvalError](err); unfinished && expr.Unfinished(err) {
+				why = "'s evaluation did not finish (" + e.Kind + ")"
+			}
+			failed = append(failed, "spec.reconciliation."+c.field+why)
+			if c.verdict == ledger.VerdictApplied && (expr.Unfinished(err) || expr.NeverFinishes(err)) {
+				break // applied is asked first: NotApplied is never drawn while applied is not known to be false
+			}
 			continue
 		}
 		if ok {

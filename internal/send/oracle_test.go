@@ -39,7 +39,7 @@ func TestSuccessWhenIsNoOracleForAnEchoedCredential(t *testing.T) {
 			ok, err := theSeam.successWhen(s, xa, echoAnswer(tok), red)
 			dest := &destination.Resolved{Spec: &actionsv1alpha1.DestinationSpec{
 				Reconciliation: &actionsv1alpha1.ReconciliationCheck{Applied: src, NotApplied: "!(" + src + ")"}}}
-			v := s.verdict(dest, httpexec.Result{Response: echoAnswer(tok)}, red)
+			v := s.verdict(dest, httpexec.Result{Response: echoAnswer(tok)}, red, "ns")
 			seen = append(seen, fmt.Sprintf("successWhen %v (error %v), post-check %s", ok, err != nil, v.Verdict))
 		}
 		if seen[0] != seen[1] {

@@ -167,11 +167,25 @@ func SuccessWhen(exprs *expr.Cache, xa *actionsv1alpha1.ExternalAction, view *re
 	if xa.Spec.SuccessWhen == "" {
 		return expr.DefaultSuccess(view.StatusCode), nil
 	}
+	return successOn(exprs, xa, exprResponse(view))
+}
+
+// successOn evaluates spec.successWhen (default: a 2xx status) on in, the expression's input.
+func successOn(exprs *expr.Cache, xa *actionsv1alpha1.ExternalAction, in expr.Response) (bool, error) {
+	if xa.Spec.SuccessWhen == "" {
+		return expr.DefaultSuccess(in.StatusCode), nil
+	}
 	p, err := SuccessProgram(exprs, xa)
 	if err != nil {
 		return false, err
 	}
-	return p.Eval(exprResponse(view))
+	// The action's namespace is its flow: evaluation slots are shared fairly between namespaces (expr.WithFlow).
+	return p.EvalContext(expr.WithFlow(context.Background(), xa.Namespace), in)
+}
+
+// successOn is successOn with the sender's expression cache.
+func (s *Sender) successOn(xa *actionsv1alpha1.ExternalAction, in expr.Response) (bool, error) {
+	return successOn(s.Exprs, xa, in)
 }
 
 // exprResponse is the response as CEL sees it (successWhen, post-check): the redacted view, with the body cut

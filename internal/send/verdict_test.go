@@ -32,7 +32,7 @@ func TestVerdictSaysWhichExpressionFailed(t *testing.T) {
 	} {
 		dest := &destination.Resolved{Spec: &actionsv1alpha1.DestinationSpec{
 			Reconciliation: &actionsv1alpha1.ReconciliationCheck{Applied: tc.applied, NotApplied: tc.notApplied}}}
-		got := s.verdict(dest, answer, nil)
+		got := s.verdict(dest, answer, nil, "ns")
 		if got.Verdict != tc.want {
 			t.Errorf("%s / %s: verdict %s, want %s", tc.applied, tc.notApplied, got.Verdict, tc.want)
 		}
@@ -68,7 +68,7 @@ func TestVerdictJudgesTheWholeViewAndRecordsTheExposedOne(t *testing.T) {
 		{"status code only", &redact.Exposure{}, ""},
 		{"one leaf", &redact.Exposure{Body: []string{"/items/0/state"}}, `{"items":[{"state":"paid"}]}`},
 	} {
-		got := s.verdict(dest, answer, redact.New().Exposing(tc.e))
+		got := s.verdict(dest, answer, redact.New().Exposing(tc.e), "ns")
 		if got.Verdict != ledger.VerdictApplied || got.Why != "" {
 			t.Errorf("%s: verdict %s (%s), want applied from the whole view", tc.name, got.Verdict, got.Why)
 		}

@@ -1,0 +1,105 @@
+//go:build !unit
+
+package controller_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
+	"github.com/actionledger/actionledger/internal/app"
+	"github.com/actionledger/actionledger/internal/expr"
+	"github.com/actionledger/actionledger/internal/retry"
+	"github.com/actionledger/actionledger/test/destination"
+	"github.com/actionledger/actionledger/test/envtestutil"
+)
+
+// No verdict without an evaluation (DESIGN rule 12, issue 40 row 3): while another tenant's expressions hold
+// every evaluation slot, team-b's POST /charges is answered 201 and its successWhen cannot be evaluated. The
+// action is never Failed: it records the response, says VerdictPending with the claim kept open, and once a
+// slot is free it is judged from the recorded response and ends Succeeded, with one request at the destination.
+func TestSuccessWhenNotEvaluatedWaitsForItsVerdict(t *testing.T) {
+	ns := env.Namespace(t)
+	srv, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.CreateDestination(t, ns, "payments", url, nil)
+	env.StartManager(t, app.Options{})
+
+	release := expr.Occupy()
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	xa := envtestutil.Action(ns, "charge-1", "payments", "/charges", `{"amount":100}`)
+	xa.Spec.SuccessWhen = "response.statusCode == 201"
+	env.Create(t, xa)
+
+	pending := env.WaitFor(t, ns, "charge-1", 30*time.Second, "reason VerdictPending", func(x *actionsv1alpha1.ExternalAction) bool {
+		return condition(x, actionsv1alpha1.ConditionReconciling).Reason == actionsv1alpha1.ReasonVerdictPending
+	})
+	if pending.Status.Phase != actionsv1alpha1.PhaseInProgress || pending.Status.Response == nil ||
+		pending.Status.Response.StatusCode != 201 {
+		t.Fatalf("pending: phase %s, response %+v; want InProgress with the 201 recorded", pending.Status.Phase, pending.Status.Response)
+	}
+	c := pending.Status.Claim
+	if c == nil || c.Verdict == nil || c.Verdict.Otherwise != string(retry.ClassRejected) || c.Verdict.InputSHA256 == "" {
+		t.Fatalf("claim = %+v; want it open with a pending verdict (otherwise Rejected)", c)
+	}
+	// Still no verdict while the slots stay taken: never Failed, never sent again.
+	envtestutil.Consistently(t, 2*time.Second, envtestutil.Say("the action stays InProgress without a verdict"), func() bool {
+		return env.Get(t, ns, "charge-1").Status.Phase == actionsv1alpha1.PhaseInProgress
+	})
+	release()
+	released = true
+	done := env.WaitPhase(t, ns, "charge-1", actionsv1alpha1.PhaseSucceeded, 30*time.Second)
+	if done.Status.Claim != nil || done.Status.Attempts != 1 {
+		t.Errorf("claim %+v, attempts %d; want the claim closed after one attempt", done.Status.Claim, done.Status.Attempts)
+	}
+	if got := srv.Requests(ns + "/charge-1"); got != 1 {
+		t.Errorf("the destination received %d requests, want 1", got)
+	}
+	if c := condition(done, actionsv1alpha1.ConditionReady); c.Status != metav1.ConditionTrue {
+		t.Errorf("Ready = %+v", c)
+	}
+}
+
+// The same for outputs: an output value whose evaluation did not finish is neither a failure nor lost; the
+// values are taken from the held response once a slot is free (the default successWhen needs no evaluation).
+func TestOutputsNotEvaluatedAreEvaluatedAgain(t *testing.T) {
+	ns := env.Namespace(t)
+	_, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.CreateDestination(t, ns, "shop", url, nil)
+	env.StartManager(t, app.Options{})
+
+	release := expr.Occupy()
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	env.Create(t, outputAction(ns, "order-1", "shop", "order-1-out", true, map[string]actionsv1alpha1.OutputExpression{
+		"code": "response.statusCode",
+	}))
+	env.WaitPhase(t, ns, "order-1", actionsv1alpha1.PhaseSucceeded, 30*time.Second)
+	envtestutil.Consistently(t, 3*time.Second, envtestutil.Say("outputs stay pending, never failed"), func() bool {
+		x := env.Get(t, ns, "order-1")
+		return x.Status.Outputs == nil && condition(x, actionsv1alpha1.ConditionOutputsReady).Reason == actionsv1alpha1.ReasonOutputsPending
+	})
+	release()
+	released = true
+	outputsReason(t, ns, "order-1", actionsv1alpha1.ReasonOutputsWritten)
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "order-1-out"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data["code"] != "201" {
+		t.Errorf("ConfigMap data = %v, want code 201", cm.Data)
+	}
+}
