@@ -89,6 +89,7 @@ test-cluster: ## Run the real-cluster suite (test/cluster): a single-node cluste
 	@hack/cluster/up.sh --check
 	@$(MAKE) --no-print-directory cluster-binaries image helm
 	go build -o bin/kubectl-actionledger ./cmd/kubectl-actionledger
+	cd hack/image && go build -o ../../bin/registry ./registry
 	ACTIONLEDGER_CLUSTER=1 KUBE_ASSETS="$(ASSETS_DIR)" ACTIONLEDGER_IMAGE_TAR="$(IMAGE_TAR)" ACTIONLEDGER_IMAGE="$(IMAGE_NAME)" \
 		go test ./test/cluster/ -count=1 -v -timeout 30m $(GO_TEST_FLAGS)
 
@@ -184,6 +185,16 @@ image: ## Build the manager image (it runs the gateway too) with Go only into bi
 		--label org.opencontainers.image.revision=$(COMMIT) \
 		--label org.opencontainers.image.source=https://github.com/actionledger/actionledger \
 		--label org.opencontainers.image.licenses=Apache-2.0
+
+# release: the versioned chart package and the image with its digest in RELEASE_DIR (hack/release.sh); with
+# REGISTRY=host[:port] both are pushed there (the image as REGISTRY/actionledger:$(VERSION), the chart to
+# oci://REGISTRY/charts), and the packaged chart names the image by its digest.
+RELEASE_DIR ?= $(LOCALBIN)/release
+REGISTRY ?=
+
+.PHONY: release
+release: image helm ## Build the versioned chart package and the image with its digest into bin/release; REGISTRY=host:port pushes both.
+	VERSION="$(VERSION)" IMAGE_TAR="$(IMAGE_TAR)" HELM="$(HELM)" RELEASE_DIR="$(RELEASE_DIR)" REGISTRY="$(REGISTRY)" hack/release.sh
 
 # If you wish to build the manager image targeting other platforms you can use the --platform flag.
 # (i.e. docker build --platform linux/arm64). However, you must enable docker buildKit for it.

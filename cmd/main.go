@@ -54,6 +54,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "gateway" {
 		os.Exit(gatewayCmd(os.Args[2:], os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "uninstall" {
+		os.Exit(uninstallCmd(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	os.Exit(run())
 }
 
@@ -193,6 +196,7 @@ func run() int {
 			"  %[1]s [flags]                     run the manager\n"+
 			"  %[1]s fingerprint -f action.yaml  print NAME FINGERPRINT for each ExternalAction in a manifest\n"+
 			"  %[1]s gateway [flags]             run the HTTP gateway (docs/gateway.md; -h lists its flags)\n"+
+			"  %[1]s uninstall [flags]           stop the manager and release the actions' finalizers (docs/uninstall.md)\n"+
 			"\nFlags:\n", os.Args[0])
 		flag.PrintDefaults()
 	}

@@ -56,8 +56,13 @@ gw="${tmp}/dist/chart/templates/extras/gateway.yaml"
 img=$(grep -m1 -E '^ +image: "\{\{ \.Values\.manager\.image\.repository' "${tmp}/dist/chart/templates/manager/manager.yaml" | sed -E 's/^ +image: //')
 [[ -n "${img}" ]] || { echo "helm-chart.sh: no templated image line in templates/manager/manager.yaml" >&2; exit 1; }
 grep -q '^        image: controller:latest$' "${gw}" || { echo "helm-chart.sh: templates/extras/gateway.yaml has no 'image: controller:latest' line" >&2; exit 1; }
-IMG="${img}" awk '$0 == "        image: controller:latest" { print "        image: " ENVIRON["IMG"]; next } { print }' "${gw}" >"${gw}.tmp"
+# Both name the image through hand-kept/_image.tpl, which adds .Values.manager.image.digest (a release pins the image
+# by digest, make release).
+inc='{{ include "actionledger.image" . | quote }}'
+IMG="${inc}" awk '$0 == "        image: controller:latest" { print "        image: " ENVIRON["IMG"]; next } { print }' "${gw}" >"${gw}.tmp"
 mv "${gw}.tmp" "${gw}"
+IMG="${img}" INC="${inc}" awk '$0 == "        image: " ENVIRON["IMG"] { print "        image: " ENVIRON["INC"]; next } { print }' "${tmp}/dist/chart/templates/manager/manager.yaml" >"${tmp}/manager.yaml.tmp"
+mv "${tmp}/manager.yaml.tmp" "${tmp}/dist/chart/templates/manager/manager.yaml"
 # replace FILE OLD NEW [COUNT] replaces each line of FILE equal to OLD by NEW (one line or several) and fails
 # unless OLD occurs COUNT times (default 1), so that a plugin whose output changed stops the script instead of
 # shipping a chart without the edit.
@@ -111,6 +116,62 @@ replace "${gws}" '    targetPort: 8443' '    targetPort: {{ .Values.gateway.metr
 # single-team install turns the mode off with that one value instead of restating the args.
 replace "${mgr}" '        {{- range .Values.manager.args }}' '        - --require-service-account={{ .Values.tenancy.requireServiceAccount }}
         {{- range .Values.manager.args }}'
+# The flags users set most, as values (values.yaml: manager.logLevel, manager.egress, manager.extraArgs), so that an
+# install never replaces manager.args (which holds --leader-elect=true) to add one: appended after manager.args.
+replace "${mgr}" '        command:' '        {{- with .Values.manager.logLevel }}
+        - --zap-log-level={{ . }}
+        {{- end }}
+        {{- with .Values.manager.egress }}
+        {{- with .allowCIDRs }}
+        - --destination-allow-cidrs={{ join "," . }}
+        {{- end }}
+        {{- with .denyCIDRs }}
+        - --destination-deny-cidrs={{ join "," . }}
+        {{- end }}
+        {{- end }}
+        {{- range .Values.manager.extraArgs }}
+        - {{ tpl . $ }}
+        {{- end }}
+        command:'
+# The gateway is optional (.Values.gateway.enabled, default false): an install that does not need the HTTP front
+# door has no TLS Secret to make first. Its serving Secret is .Values.gateway.tls.secretName, made by the chart when
+# .Values.gateway.tls.generate (hand-kept/gateway-tls.yaml).
+for f in "${gw}" "${gws}" "${tmp}/dist/chart/templates/rbac/gateway-role.yaml" "${tmp}/dist/chart/templates/rbac/gateway-rolebinding.yaml"; do
+  [[ -f "${f}" ]] || { echo "helm-chart.sh: the plugin did not produce ${f#"${tmp}"/}" >&2; exit 1; }
+  { echo '{{- if .Values.gateway.enabled }}'; cat "${f}"; echo '{{- end }}'; } >"${f}.tmp"
+  mv "${f}.tmp" "${f}"
+done
+replace "${gw}" '          secretName: {{ include "actionledger.resourceName" (dict "suffix" "gateway-tls" "context" $) }}' \
+  '          secretName: {{ include "actionledger.gatewayTLSSecretName" . }}'
+# The tenants' roles aggregate into the built-in admin, edit and view ClusterRoles (.Values.rbac.aggregate, default
+# true; not with rbac.namespaced, where they are Roles): the editor roles of ExternalActions and Destinations into
+# admin and edit, the viewer roles of ExternalActions, Destinations and ActionTombstones into view (and so into edit
+# and admin). They render when aggregated even with .Values.rbac.helpers.enabled false. config/rbac has the labels
+# (config/default aggregates too); here they become conditional.
+agg='{{- if and .Values.rbac.aggregate (not .Values.rbac.namespaced) }}'
+for role in externalaction-editor-role:edit destination-editor-role:edit externalaction-viewer-role:view \
+  destination-viewer-role:view actiontombstone-viewer-role:view; do
+  f="${tmp}/dist/chart/templates/rbac/${role%%:*}.yaml"
+  [[ -f "${f}" ]] || { echo "helm-chart.sh: the plugin did not produce ${f#"${tmp}"/}" >&2; exit 1; }
+  labels='    rbac.authorization.k8s.io/aggregate-to-admin: "true"
+    rbac.authorization.k8s.io/aggregate-to-edit: "true"'
+  if [[ "${role#*:}" == view ]]; then
+    labels="${labels}"'
+    rbac.authorization.k8s.io/aggregate-to-view: "true"'
+  fi
+  # config/rbac carries the labels (for config/default); the chart renders them only when aggregating.
+  want=2
+  [[ "${role#*:}" == view ]] && want=3
+  n=$(grep -c '^    rbac.authorization.k8s.io/aggregate-to-' "${f}" || true)
+  [[ "${n}" == "${want}" ]] || { echo "helm-chart.sh: ${f#"${tmp}"/}: want ${want} aggregate-to labels from config/rbac, found ${n}" >&2; exit 1; }
+  grep -v '^    rbac.authorization.k8s.io/aggregate-to-' "${f}" >"${f}.tmp"
+  mv "${f}.tmp" "${f}"
+  replace "${f}" '{{- if .Values.rbac.helpers.enabled }}' '{{- if or .Values.rbac.helpers.enabled (and .Values.rbac.aggregate (not .Values.rbac.namespaced)) }}'
+  replace "${f}" '    app.kubernetes.io/instance: {{ .Release.Name }}' "    app.kubernetes.io/instance: {{ .Release.Name }}
+    ${agg}
+${labels}
+    {{- end }}"
+done
 # The manager's priority level and FlowSchema (config/flowcontrol) render when .Values.priorityAndFairness.enabled
 # and the cluster serves flowcontrol.apiserver.k8s.io/v1 (Kubernetes 1.29+), with the level's shares from the
 # values; the FlowSchema names the manager's ServiceAccount as the RBAC bindings do (serviceAccount.name when

@@ -254,7 +254,9 @@ EOF
 # write_containerd_config <statedir> <sandbox image>: containerd 1.6, everything under
 # <statedir>/containerd. restrict_oom_score_adj: runc cannot raise oom_score_adj without
 # CAP_SYS_RESOURCE; io.containerd.runtime.v1.linux stays enabled (the CRI plugin needs it in 1.6).
-# up.sh runs containerd with HTTP(S)_PROXY set to a closed loopback port: that keeps pulls local.
+# up.sh runs containerd with HTTP(S)_PROXY set to a closed loopback port: that keeps pulls local. Registries are
+# configured per host in <statedir>/containerd/certs.d/<host:port>/hosts.toml (read at each pull), which is how a
+# test lets the kubelet pull from a registry on 127.0.0.1 over plain HTTP.
 write_containerd_config() {
   local dir=$1 image=$2 c
   c="${dir}/containerd"
@@ -298,6 +300,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
           SystemdCgroup = false
           Root = "${c}/runc"
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "${c}/certs.d"
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "${CNI_BIN_DIR}"
       conf_dir = "${dir}/cni/net.d"

@@ -70,7 +70,7 @@ if ((${#S} > 60)); then
 fi
 touch "${S}/${MARKER}"
 mkdir -p "${S}"/{pids,logs,pki,etcd,kubelet,kubelet-pki,pod-logs,kubelet-volume-plugins,kcm-flex,kcm-certs,cni/net.d,sysctl,host}
-mkdir -p "${S}/containerd"/{root,state,runc,opt}
+mkdir -p "${S}/containerd"/{root,state,runc,opt,certs.d}
 start_time=$(date +%s.%N)
 
 READY_TIMEOUT=${READY_TIMEOUT:-120}

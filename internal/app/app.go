@@ -295,6 +295,10 @@ func newManager(cfg *rest.Config, o Options, watchSelector labels.Selector, leID
 		probe = "0"
 	}
 	shutdownTimeout := shutdownGrace(o) + ShutdownRecordTime
+	lock, err := leaderLock(cfg, o, leID)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        Scheme,
 		GracefulShutdownTimeout:       &shutdownTimeout,
@@ -305,7 +309,9 @@ func newManager(cfg *rest.Config, o Options, watchSelector labels.Selector, leID
 		LeaderElectionID:              leID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Logger:                        o.Logger,
+		// The Lease names the pod (leaderLock); nil: controller-runtime's lock.
+		LeaderElectionResourceLockInterface: lock,
+		Logger:                              o.Logger,
 		Cache: cache.Options{
 			// Keep managedFields out of the cache: they are most of an object's size and never read.
 			DefaultTransform: cache.TransformStripManagedFields(),

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,7 +45,8 @@ type apiServerAddresses struct {
 	interval time.Duration
 	log      logr.Logger
 
-	last map[string][]netip.Addr // per source: "host", "service", "endpointslice"
+	last    map[string][]netip.Addr // per source: "host", "service", "endpointslice"
+	missing map[string]bool         // sources whose object the API server answered NotFound for, last time
 }
 
 // refresh reads every source and sets the union on the policy.
@@ -52,15 +54,30 @@ func (a *apiServerAddresses) refresh(ctx context.Context) {
 	if a.last == nil {
 		a.last = map[string][]netip.Addr{}
 	}
+	if a.missing == nil {
+		a.missing = map[string]bool{}
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	read := func(source string, f func() ([]netip.Addr, error)) {
 		addrs, err := f()
+		if apierrors.IsNotFound(err) {
+			// An answer, not a failure: the cluster publishes no such object (an API server with
+			// --endpoint-reconciler-type=none keeps no EndpointSlice default/kubernetes). Nothing to add; the
+			// last known addresses stay denied. Said once, at info level, until the object appears.
+			if !a.missing[source] {
+				a.log.Info("The API server publishes no "+source+" default/kubernetes; its addresses come from the other sources",
+					"source", source, "addresses", a.last[source])
+			}
+			a.missing[source] = true
+			return
+		}
 		if err != nil {
 			a.log.Error(err, "Cannot read the API server's addresses; keeping the last known ones",
 				"source", source, "addresses", a.last[source])
 			return
 		}
+		delete(a.missing, source)
 		a.last[source] = addrs
 	}
 	read("host", func() ([]netip.Addr, error) { return a.hostAddrs(ctx) })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -85,4 +86,49 @@ func TestAPIServerHostForms(t *testing.T) {
 			t.Errorf("hostAddrs(%q) = %v, %v, want %v", host, got, err, want)
 		}
 	}
+}
+
+// A cluster without the EndpointSlice default/kubernetes (an API server with --endpoint-reconciler-type=none) is
+// healthy: NotFound is an answer, logged once at info level, never an error-level line; the other sources still
+// give the addresses, and the slice's last known addresses stay denied.
+func TestAPIServerAddressesWithoutEndpointSlice(t *testing.T) {
+	meta := metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"}
+	svc := &corev1.Service{ObjectMeta: meta, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.1"}}
+	c := fake.NewClientBuilder().WithScheme(Scheme).WithObjects(svc).Build()
+	sink := &recordingSink{}
+	p := egress.New(egress.Config{})
+	a := &apiServerAddresses{policy: p, reader: c, host: "https://127.0.0.1:6443", resolver: fakeResolver{},
+		log: logr.New(sink)}
+	a.refresh(context.Background())
+	a.refresh(context.Background())
+	if want := addrs("10.96.0.1", "127.0.0.1"); !slices.Equal(p.APIServer(), want) {
+		t.Errorf("APIServer() = %v, want %v", p.APIServer(), want)
+	}
+	if sink.errors != 0 {
+		t.Errorf("%d error-level lines for a missing EndpointSlice, want 0", sink.errors)
+	}
+	if n := sink.count("The API server publishes no endpointslice"); n != 1 {
+		t.Errorf("%d info lines about the missing EndpointSlice over two refreshes, want 1: %v", n, sink.infos)
+	}
+}
+
+type recordingSink struct {
+	infos  []string
+	errors int
+}
+
+func (s *recordingSink) Init(logr.RuntimeInfo)            {}
+func (s *recordingSink) Enabled(int) bool                 { return true }
+func (s *recordingSink) Info(_ int, msg string, _ ...any) { s.infos = append(s.infos, msg) }
+func (s *recordingSink) Error(error, string, ...any)      { s.errors++ }
+func (s *recordingSink) WithValues(...any) logr.LogSink   { return s }
+func (s *recordingSink) WithName(string) logr.LogSink     { return s }
+func (s *recordingSink) count(prefix string) int {
+	n := 0
+	for _, m := range s.infos {
+		if strings.HasPrefix(m, prefix) {
+			n++
+		}
+	}
+	return n
 }

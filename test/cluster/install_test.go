@@ -3,14 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -85,8 +77,9 @@ func binaries(t *testing.T) (bin, imageTar, image string) {
 	return bin, imageTar, image
 }
 
-// install imports the image, writes the values a user of this cluster writes, creates the gateway's TLS Secret
-// and runs helm install --wait; it returns when the manager and the gateway are Available.
+// install imports the image and runs the README's helm install for a cluster without a pod network (its values
+// file, and one of this suite's: readmeInstall, suiteValuesTemplate); it returns when the manager and the gateway
+// are Available and the API server admits ExternalActions.
 func install(t *testing.T, c *clusterenv.Cluster) *product {
 	t.Helper()
 	ctx := context.Background()
@@ -106,19 +99,37 @@ func install(t *testing.T, c *clusterenv.Cluster) *product {
 
 	p.ports = ports{managerHealth: freePort(t), managerMetrics: freePort(t), gateway: freePort(t),
 		gatewayHealth: freePort(t), gatewayMetrics: freePort(t)}
+	// The README's install for a cluster without a pod network, verbatim (its values file, read from README.md, and
+	// its helm command), with a second values file for what this cluster needs besides (suiteValuesTemplate).
+	readmeValues, readmeCommand := readmeInstall(t)
+	p.values = filepath.Join(p.dir, "values-hostnetwork.yaml")
+	writeFile(t, p.values, readmeValues)
 	repo, tag, _ := strings.Cut(image, ":")
-	p.values = filepath.Join(p.dir, "values.yaml")
-	writeFile(t, p.values, fmt.Sprintf(valuesTemplate, repo, tag, p.ports.managerHealth, p.ports.managerMetrics,
+	suite := filepath.Join(p.dir, "suite-values.yaml")
+	writeFile(t, suite, fmt.Sprintf(suiteValuesTemplate, repo, tag, p.ports.managerHealth, p.ports.managerMetrics,
 		p.ports.gateway, p.ports.gatewayHealth, p.ports.gatewayMetrics, c.APIServerPort))
-
-	// The gateway serves HTTPS with a certificate the user provides (cert-manager or by hand) in this Secret.
-	p.kubectl(t, "create", "namespace", releaseNamespace)
-	p.caFile = p.gatewayCertificate(t)
+	args := strings.Fields(strings.TrimPrefix(readmeCommand, "bin/helm "))
+	for i, a := range args {
+		switch a {
+		case "dist/chart":
+			args[i] = filepath.Join(clusterenv.RepoRoot(), "dist", "chart")
+		case "values-hostnetwork.yaml":
+			args[i] = p.values
+		}
+	}
+	args = append(args, "-f", suite, "--timeout", "4m")
 
 	began = time.Now()
-	out := p.helm(t, "install", releaseName, filepath.Join(clusterenv.RepoRoot(), "dist", "chart"),
-		"--namespace", releaseNamespace, "--values", p.values, "--wait", "--timeout", "4m")
-	t.Logf("cluster: helm install --wait: %.1fs\n%s", time.Since(began).Seconds(), out)
+	out := p.helm(t, args...)
+	t.Logf("cluster: helm %s: %.1fs\n%s", strings.Join(args, " "), time.Since(began).Seconds(), out)
+	// The gateway's certificate: the self-signed one the chart made (gateway.tls.generate, the default); its CA is
+	// ca.crt in the Secret.
+	sec, err := c.Clientset.CoreV1().Secrets(releaseNamespace).Get(ctx, gatewayTLSSecret, metav1.GetOptions{})
+	if err != nil || len(sec.Data["ca.crt"]) == 0 {
+		t.Fatalf("the chart's gateway TLS Secret %s: %v (ca.crt %d bytes)", gatewayTLSSecret, err, len(sec.Data["ca.crt"]))
+	}
+	p.caFile = filepath.Join(p.dir, "gateway-ca.crt")
+	writeFile(t, p.caFile, string(sec.Data["ca.crt"]))
 	// The chart's CRDs are templates (kubebuilder's layout, not Helm's crds/): helm --wait can return before the
 	// API server serves them. What a user does before applying a custom resource:
 	p.kubectl(t, "wait", "--for=condition=Established", "--timeout=1m",
@@ -142,24 +153,21 @@ func install(t *testing.T, c *clusterenv.Cluster) *product {
 	return p
 }
 
-// valuesTemplate is the values file of a user of this cluster: the imported image, the node's network (no pod
-// network), the API server's address (no kube-proxy), ports of their own for the manager and the gateway
-// (they share the node's network), egress to the destination on 127.0.0.1 (denied by default), the
-// viewer/editor roles for the tenants, and one gateway on the single node.
-const valuesTemplate = `manager:
-  replicas: 1
+// suiteValuesTemplate is what this suite adds to the README's values file: the image make test-cluster built (the
+// chart's default names the same, localhost/actionledger:<appVersion>, unless IMAGE_NAME was changed), the API
+// server's port (random here, 6443 in the README), ports picked free for the manager (the README's are the chart's
+// 8081 and 8443, which another process on a shared machine may hold) and the gateway, on as the README says to run
+// it on such a node (its own ports, one replica, Recreate), with the certificate the chart makes.
+const suiteValuesTemplate = `manager:
   image:
     repository: %s
     tag: %q
-    pullPolicy: IfNotPresent
-  args:
-    - --leader-elect=true
-    - --destination-allow-cidrs=127.0.0.1/32
   healthProbe:
     port: %d
 metrics:
   port: %d
 gateway:
+  enabled: true
   replicas: 1
   strategy:
     type: Recreate
@@ -168,52 +176,30 @@ gateway:
     port: %d
   metrics:
     port: %d
-hostNetwork: true
 kubernetesService:
-  host: 127.0.0.1
   port: %d
-rbac:
-  helpers:
-    enabled: true
 `
 
-// gatewayCertificate makes a CA and a serving certificate for 127.0.0.1 and localhost, stores them as the
-// gateway's TLS Secret and returns the CA's file.
-func (p *product) gatewayCertificate(t *testing.T) string {
+// readmeInstall returns the README's values file for a cluster without a pod network (the yaml block that starts
+// with "# values-hostnetwork.yaml") and the helm install command that uses it.
+func readmeInstall(t *testing.T) (values, command string) {
 	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "actionledger-test-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	b, err := os.ReadFile(filepath.Join(clusterenv.RepoRoot(), "README.md"))
 	if err != nil {
-		t.Fatalf("making the CA: %v", err)
+		t.Fatal(err)
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "actionledger-gateway"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{"localhost", gatewayName + "-service." + releaseNamespace + ".svc"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatalf("making the gateway's certificate: %v", err)
+	_, after, ok := strings.Cut(string(b), "```yaml\n# values-hostnetwork.yaml\n")
+	if !ok {
+		t.Fatal("README.md has no yaml block starting with '# values-hostnetwork.yaml'")
 	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: gatewayTLSSecret, Namespace: releaseNamespace},
-		Type:       corev1.SecretTypeTLS,
-		Data: map[string][]byte{
-			corev1.TLSCertKey:       pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-			corev1.TLSPrivateKeyKey: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-		},
+	values, after, _ = strings.Cut(after, "```")
+	for line := range strings.SplitSeq(after, "\n") {
+		if strings.HasPrefix(line, "bin/helm install ") && strings.Contains(line, "values-hostnetwork.yaml") {
+			return values, line
+		}
 	}
-	if err := p.cl.Create(context.Background(), secret); err != nil {
-		t.Fatalf("creating the gateway's TLS Secret: %v", err)
-	}
-	caFile := filepath.Join(p.dir, "ca.crt")
-	writeFile(t, caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})))
-	return caFile
+	t.Fatal("README.md has no 'bin/helm install ... values-hostnetwork.yaml' command after its values file")
+	return "", ""
 }
 
 // kubectl runs the cluster's kubectl as its admin and returns its standard output; it fails the test on an error.

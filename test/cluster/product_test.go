@@ -41,7 +41,9 @@ func TestInstalledProduct(t *testing.T) {
 		fn   func(*testing.T, *product)
 	}{
 		{"ManagerRunsUnderTheChartsServiceAccount", testManagerIdentity},
+		{"LeaderLeaseNamesThePodAndNoErrorAtStart", testLeaderAndStartLog},
 		{"SampleSucceeds", testSample},
+		{"TenantWithTheBuiltInEditRole", testTenantWithTheBuiltInEditRole},
 		{"WhyAndGatewayWithAServiceAccountToken", testWhyAndGateway},
 		{"SecretsReadAsTheTenant", testSecretsReadAsTheTenant},
 		{"MetricsWithAServiceAccountToken", testMetrics},
@@ -60,6 +62,10 @@ func TestInstalledProduct(t *testing.T) {
 		}
 	}
 	mem.report(t)
+	// Last: the product is gone after it.
+	if t.Run("UninstallLeavesNoNamespaceStuck", func(t *testing.T) { testUninstall(t, p) }) {
+		t.Run("ReleaseFromARegistry", func(t *testing.T) { testReleaseFromARegistry(t, p) })
+	}
 }
 
 // testManagerIdentity: the manager's pod runs under the chart's ServiceAccount, which is bound only to the

@@ -15,7 +15,7 @@ import (
 
 // hostNetworkValues are the values for a single node without a pod network or kube-proxy (the API server on
 // 127.0.0.1:6443): pods on the host's network, the gateway on ports other than the manager's, one gateway.
-var hostNetworkValues = []string{"--set", "hostNetwork=true",
+var hostNetworkValues = []string{"--set", "hostNetwork=true", "--set", "gateway.enabled=true",
 	"--set", "kubernetesService.host=127.0.0.1", "--set", "kubernetesService.port=6443",
 	"--set", "gateway.port=9444", "--set", "gateway.healthProbe.port=8082", "--set", "gateway.metrics.port=8444",
 	"--set", "gateway.replicas=1", "--set", "gateway.strategy.type=Recreate"}
@@ -37,8 +37,8 @@ func deployments(t *testing.T, objs []*unstructured.Unstructured) (mgr, gw *apps
 			mgr = d
 		}
 	}
-	if mgr == nil || gw == nil {
-		t.Fatalf("the render lacks the manager's or the gateway's Deployment: %v", keys(objs))
+	if mgr == nil {
+		t.Fatalf("the render lacks the manager's Deployment: %v", keys(objs))
 	}
 	return mgr, gw
 }
@@ -94,6 +94,9 @@ func envOf(c corev1.Container) map[string]string {
 func TestHelmChartHostNetwork(t *testing.T) {
 	objs := helmTemplate(t, hostNetworkValues...)
 	mgr, gw := deployments(t, objs)
+	if gw == nil {
+		t.Fatalf("gateway.enabled=true renders no gateway: %v", keys(objs))
+	}
 	seen := map[int32]string{}
 	for _, d := range []*appsv1.Deployment{mgr, gw} {
 		spec := d.Spec.Template.Spec
@@ -138,8 +141,14 @@ func TestHelmChartHostNetwork(t *testing.T) {
 // The default values keep what a cluster with a pod network and kube-proxy runs: the pod network, the kubelet's
 // API server address, the gateway on 9443 with probes on 8081 and metrics on 8443, two gateways.
 func TestHelmChartDefaultsKeepThePodNetwork(t *testing.T) {
-	objs := helmTemplate(t)
+	if _, gw := deployments(t, helmTemplate(t)); gw != nil {
+		t.Errorf("the default values render the gateway %s; want it only with gateway.enabled=true", gw.Name)
+	}
+	objs := helmTemplate(t, "--set", "gateway.enabled=true")
 	mgr, gw := deployments(t, objs)
+	if gw == nil {
+		t.Fatalf("gateway.enabled=true renders no gateway: %v", keys(objs))
+	}
 	for _, d := range []*appsv1.Deployment{mgr, gw} {
 		spec := d.Spec.Template.Spec
 		if spec.HostNetwork || spec.DNSPolicy != "" {

@@ -3,6 +3,9 @@ package ecosystem_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"io"
 	"io/fs"
@@ -141,9 +144,11 @@ func TestHelmChartRendersAndDryRunApplies(t *testing.T) {
 			t.Errorf("cluster-scoped %s has a namespace", key(o))
 		}
 	}
-	// The manager and the gateway: a Deployment, a ServiceAccount and a Service each.
-	if kinds["CustomResourceDefinition"] != 4 || kinds["Deployment"] != 2 || kinds["ServiceAccount"] != 2 || kinds["Service"] != 2 {
-		t.Fatalf("rendered kinds %v: want 4 CRDs, 2 Deployments, 2 ServiceAccounts, 2 Services", kinds)
+	// By default the manager only (a Deployment, a ServiceAccount, its metrics Service; the gateway is
+	// gateway.enabled), and the uninstall hook's Job and ServiceAccount.
+	if kinds["CustomResourceDefinition"] != 4 || kinds["Deployment"] != 1 || kinds["ServiceAccount"] != 2 || kinds["Service"] != 1 ||
+		kinds["Job"] != 1 || kinds["Secret"] != 0 {
+		t.Fatalf("rendered kinds %v: want 4 CRDs, 1 Deployment, 2 ServiceAccounts (the manager's, the uninstall hook's), 1 Service, 1 Job, no Secret", kinds)
 	}
 	checkDeployment(t, objs)
 	checkCRDsMatchConfig(t, objs)
@@ -156,7 +161,7 @@ func TestHelmChartRendersAndDryRunApplies(t *testing.T) {
 		}
 	})
 	t.Run("all optional parts", func(t *testing.T) {
-		full := helmTemplate(t, "--set", "rbac.helpers.enabled=true", "--set", "networkPolicy.enabled=true",
+		full := helmTemplate(t, "--set", "rbac.helpers.enabled=true", "--set", "networkPolicy.enabled=true", "--set", "gateway.enabled=true",
 			"--set", "manager.image.repository=registry.example/actionledger", "--set", "manager.image.tag=v9.9.9")
 		if find(full, "NetworkPolicy", "actionledger-allow-metrics-traffic") == nil || find(full, "ClusterRole", "actionledger-externalaction-viewer-role") == nil {
 			t.Fatalf("the render with helpers and networkPolicy enabled lacks them: %v", keys(full))
@@ -185,6 +190,20 @@ func TestHelmChartRendersAndDryRunApplies(t *testing.T) {
 		}
 		dryRunApply(t, full)
 	})
+	// gateway.enabled: its Deployment, ServiceAccount and Service, and the TLS Secret the chart makes
+	// (gateway.tls.generate): a CA and a certificate for the Service's names and 127.0.0.1 that it signs.
+	t.Run("gateway", func(t *testing.T) {
+		gw := helmTemplate(t, "--set", "gateway.enabled=true")
+		s := find(gw, "Secret", "actionledger-gateway-tls")
+		if s == nil || find(gw, "Deployment", "actionledger-gateway") == nil || find(gw, "Service", "actionledger-gateway-service") == nil {
+			t.Fatalf("gateway.enabled=true lacks the gateway's Deployment, Service or TLS Secret: %v", keys(gw))
+		}
+		checkGatewaySecret(t, s)
+		dryRunApply(t, gw)
+		if find(helmTemplate(t, "--set", "gateway.enabled=true", "--set", "gateway.tls.generate=false"), "Secret", "actionledger-gateway-tls") != nil {
+			t.Error("gateway.tls.generate=false still renders the TLS Secret")
+		}
+	})
 	t.Run("namespaced RBAC", func(t *testing.T) {
 		nsd := helmTemplate(t, "--set", "rbac.namespaced=true")
 		if r := find(nsd, "Role", "actionledger-manager-role"); r == nil || r.GetNamespace() != installNamespace {
@@ -192,6 +211,39 @@ func TestHelmChartRendersAndDryRunApplies(t *testing.T) {
 		}
 		dryRunApply(t, nsd)
 	})
+}
+
+// checkGatewaySecret: the chart's self-signed gateway Secret holds a CA and a key pair whose certificate the CA
+// signed, for the gateway Service's in-cluster name and 127.0.0.1.
+func checkGatewaySecret(t *testing.T, u *unstructured.Unstructured) {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Type != corev1.SecretTypeTLS {
+		t.Errorf("gateway Secret type %q, want %q", s.Type, corev1.SecretTypeTLS)
+	}
+	if _, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"]); err != nil {
+		t.Fatalf("gateway Secret: tls.crt and tls.key: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(s.Data["ca.crt"]) {
+		t.Fatal("gateway Secret: no CA in ca.crt")
+	}
+	block, _ := pem.Decode(s.Data["tls.crt"])
+	if block == nil {
+		t.Fatal("gateway Secret: tls.crt is not PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"actionledger-gateway-service." + installNamespace + ".svc", "localhost", "127.0.0.1"} {
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: name}); err != nil {
+			t.Errorf("gateway certificate for %s: %v", name, err)
+		}
+	}
 }
 
 func keys(objs []*unstructured.Unstructured) []string {
@@ -260,7 +312,9 @@ func checkCRDsMatchConfig(t *testing.T, objs []*unstructured.Unstructured) {
 // adds nothing else by default (the optional parts are off).
 func TestHelmChartMatchesKustomize(t *testing.T) {
 	kust := render(t, "config/default")
-	chart := helmTemplate(t, "--set", "rbac.helpers.enabled=true", servesMAP)
+	// config/default has the gateway (with a Secret the user makes) and no uninstall hook (docs/uninstall.md).
+	chart := helmTemplate(t, "--set", "rbac.helpers.enabled=true", servesMAP, "--no-hooks",
+		"--set", "gateway.enabled=true", "--set", "gateway.tls.generate=false")
 	byKey := map[string]*unstructured.Unstructured{}
 	for _, o := range chart {
 		byKey[key(o)] = o
