@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -26,7 +27,15 @@ func TestSlotWaitIsUnfinishedAndApartFromTheEvaluation(t *testing.T) {
 
 	// A slot freed within SlotWait: the evaluation runs in full.
 	release = Occupy()
-	go func() { time.Sleep(SlotWait / 4); release() }()
+	go func() { // free the slots once the evaluation waits for one
+		for waiting := 0; waiting == 0; {
+			slots.mu.Lock()
+			waiting = len(slots.ring)
+			slots.mu.Unlock()
+			runtime.Gosched()
+		}
+		release()
+	}()
 	if ok, err := p.Eval(in); err != nil || !ok {
 		t.Fatalf("slot freed in time: %v, %v", ok, err)
 	}
