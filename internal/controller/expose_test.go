@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -212,62 +211,11 @@ func TestStoredClusterDestinationKeepsTheWholeResponse(t *testing.T) {
 // its fieldPath), as a CRD from before the field, and puts the rule back after.
 func withoutExposeRule(t *testing.T, create func()) {
 	t.Helper()
-	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	crds, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKey{Name: "clusterdestinations.actions.actionledger.dev"}
-	var rule apiextensionsv1.ValidationRules
-	setRule := func(on bool) {
-		t.Helper()
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := crds.Get(ctx, key, crd); err != nil {
-			t.Fatal(err)
-		}
-		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-		rules := apiextensionsv1.ValidationRules{}
-		for _, r := range spec.XValidations {
-			if r.FieldPath == ".response" {
-				rule = apiextensionsv1.ValidationRules{r}
-			} else {
-				rules = append(rules, r)
-			}
-		}
-		if on {
-			rules = append(rules, rule...)
-		}
-		spec.XValidations = rules
-		crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
-		if err := crds.Update(ctx, crd); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// accepted: the server takes a ClusterDestination without expose (dry run).
-	accepted := func() bool {
-		cd := &actionsv1alpha1.ClusterDestination{ObjectMeta: metav1.ObjectMeta{Name: "probe"},
-			Spec: actionsv1alpha1.ClusterDestinationSpec{DestinationSpec: actionsv1alpha1.DestinationSpec{URL: "https://api.example/x"}}}
-		return env.Client.Create(ctx, cd, client.DryRunAll) == nil
-	}
-	setRule(false)
-	if len(rule) != 1 {
-		t.Fatalf("the ClusterDestination CRD has no rule with fieldPath .response")
-	}
-	restored := false
-	restore := func() {
-		if !restored {
-			restored = true
-			setRule(true)
-			envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the CRD with the expose rule to be served"),
-				func() bool { return !accepted() })
-		}
-	}
-	t.Cleanup(restore)
-	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the CRD without the expose rule to be served"), accepted)
-	create()
-	restore()
+	withoutCRDRule(t, "clusterdestinations.actions.actionledger.dev", []string{"spec"},
+		func(r apiextensionsv1.ValidationRule) bool { return r.FieldPath == ".response" },
+		func() bool { // the server takes a ClusterDestination without expose (dry run)
+			cd := &actionsv1alpha1.ClusterDestination{ObjectMeta: metav1.ObjectMeta{Name: "probe"},
+				Spec: actionsv1alpha1.ClusterDestinationSpec{DestinationSpec: actionsv1alpha1.DestinationSpec{URL: "https://api.example/x"}}}
+			return env.Client.Create(context.Background(), cd, client.DryRunAll) == nil
+		}, create)
 }

@@ -10,7 +10,6 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -70,65 +69,11 @@ func TestRoutingOverrideHeadersAreNeverSent(t *testing.T) {
 // spec.request.headers, as a CRD from before the rule, and puts the rule back after.
 func withoutRoutingHeaderRule(t *testing.T, create func()) {
 	t.Helper()
-	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	crds, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKey{Name: "externalactions.actions.actionledger.dev"}
-	var rule apiextensionsv1.ValidationRules
-	setRule := func(on bool) {
-		t.Helper()
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := crds.Get(ctx, key, crd); err != nil {
-			t.Fatal(err)
-		}
-		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-		request := spec.Properties["request"]
-		headers := request.Properties["headers"]
-		rules := apiextensionsv1.ValidationRules{}
-		for _, r := range headers.XValidations {
-			if strings.Contains(r.Rule, "x-http-method-override") {
-				rule = apiextensionsv1.ValidationRules{r}
-			} else {
-				rules = append(rules, r)
-			}
-		}
-		if on {
-			rules = append(rules, rule...)
-		}
-		headers.XValidations = rules
-		request.Properties["headers"] = headers
-		spec.Properties["request"] = request
-		crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
-		if err := crds.Update(ctx, crd); err != nil {
-			t.Fatal(err)
-		}
-	}
-	accepted := func() bool {
-		xa := envtestutil.Action("default", "probe", "d", "/", `{}`)
-		xa.Spec.Request.Headers = map[string]actionsv1alpha1.HeaderValue{"X-Original-URL": "/x"}
-		return env.Client.Create(ctx, xa, client.DryRunAll) == nil
-	}
-	setRule(false)
-	if len(rule) != 1 {
-		t.Fatal("the ExternalAction CRD has no routing-override rule on spec.request.headers")
-	}
-	restored := false
-	restore := func() {
-		if !restored {
-			restored = true
-			setRule(true)
-			envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the CRD with the routing-override rule to be served"),
-				func() bool { return !accepted() })
-		}
-	}
-	t.Cleanup(restore)
-	envtestutil.Eventually(t, 10*time.Second, envtestutil.Say("the CRD without the routing-override rule to be served"), accepted)
-	create()
-	restore()
+	withoutCRDRule(t, "externalactions.actions.actionledger.dev", []string{"spec", "request", "headers"},
+		func(r apiextensionsv1.ValidationRule) bool { return strings.Contains(r.Rule, "x-http-method-override") },
+		func() bool {
+			xa := envtestutil.Action("default", "probe", "d", "/", `{}`)
+			xa.Spec.Request.Headers = map[string]actionsv1alpha1.HeaderValue{"X-Original-URL": "/x"}
+			return env.Client.Create(context.Background(), xa, client.DryRunAll) == nil
+		}, create)
 }
