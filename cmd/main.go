@@ -44,6 +44,7 @@ import (
 	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
+	"github.com/actionledger/actionledger/internal/membudget"
 	"github.com/actionledger/actionledger/internal/tracing"
 )
 
@@ -72,7 +73,7 @@ type managerFlags struct {
 	burst, concurrency                               int
 	claimMargin                                      time.Duration
 	maxInFlight, evaluationSlots                     int
-	decoderWindowBudget                              int64
+	memoryBudget                                     int64
 	collectionRate                                   float64
 	shutdownGrace                                    time.Duration
 	tombstoneStore, tombstoneDSNFile                 string
@@ -127,10 +128,12 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 	fs.IntVar(&f.evaluationSlots, "evaluation-slots", 0, "Expressions (successWhen, outputs, post-checks) evaluated "+
 		"at once; the others wait for a slot, served round-robin over namespaces (docs/security.md). 0: GOMAXPROCS, "+
 		"which follows the container's CPU limit (the node's core count without one).")
-	fs.Int64Var(&f.decoderWindowBudget, "decoder-window-budget", 0, "Bytes the decoders of compressed answers may "+
-		"hold at once (their declared windows; one namespace at most a quarter); a window that does not fit is not "+
-		"opened and the body is recorded undecoded (docs/security.md). 0: an eighth of the container's memory limit "+
-		"(at least 24 MiB), 64 MiB without one.")
+	fs.Int64Var(&f.memoryBudget, "memory-budget", 0, "Bytes that tenants' traffic may make the manager hold at once: "+
+		"the evaluations' heaps (--evaluation-slots times 16 MiB, at most half; the slots are cut to fit), then the "+
+		"bodies of the sends in flight and the windows of decoders, one namespace at most half of those. A send whose "+
+		"bytes do not fit waits before it is sent; a decoder window that does not fit is not opened and the body is "+
+		"recorded undecoded (docs/security.md). 0: a quarter of the container's memory limit (at least 48 MiB), "+
+		"256 MiB without one.")
 	fs.Float64Var(&f.collectionRate, "collection-rate", controller.DefaultCollectionRate,
 		"Collections a second (deletes of finished actions past ttlAfterFinished, and their finalization) that take "+
 			"their turn among waiting sends; beyond it collection runs only when no send waits. 0: always behind the sends.")
@@ -207,9 +210,20 @@ func run() int {
 		setupLog.Error(fmt.Errorf("--events=%q: want important or all", f.events), "Invalid flag")
 		return 2
 	}
+	total := f.memoryBudget
+	if total < 1 {
+		total = membudget.TotalFromMemoryLimit()
+	}
 	expr.SetSlots(f.evaluationSlots)
-	httpexec.SetWindowBudget(f.decoderWindowBudget)
-	setupLog.Info("Tenant budgets", "evaluationSlots", expr.Slots(), "decoderWindowBytes", httpexec.WindowBudget())
+	slots, rest := membudget.Split(total, expr.Slots(), expr.HeapBound)
+	if slots != expr.Slots() {
+		setupLog.Info("Fewer evaluation slots than asked: the memory budget holds the heaps of these only",
+			"asked", expr.Slots(), "slots", slots, "memoryBudget", total)
+		expr.SetSlots(slots)
+	}
+	httpexec.SetBudget(membudget.New(rest))
+	setupLog.Info("Tenant budgets", "memoryBudget", total, "evaluationSlots", slots, "evaluationHeapBytes",
+		int64(slots)*expr.HeapBound, "bodyAndWindowBytes", rest)
 	stopTracing, err := startTracing("actionledger", setupLog)
 	if err != nil {
 		return 1

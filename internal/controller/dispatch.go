@@ -15,6 +15,7 @@ import (
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/dispatch"
+	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/send"
 )
 
@@ -143,8 +144,8 @@ type ManagerDispatcher struct {
 	stopped chan struct{}
 }
 
-// NewManagerDispatcher makes the manager's dispatcher for r, with r.Options.MaxInFlight and ShutdownGrace and
-// r.Clock (a clock without delayed execution runs on the real clock): set it as r.Dispatcher before
+// NewManagerDispatcher makes the manager's dispatcher for r, with r.Options.MaxInFlight and ShutdownGrace, the
+// process's byte budget (httpexec.Budget, shared with the decoders' windows) and r.Clock (a clock without delayed execution runs on the real clock): set it as r.Dispatcher before
 // SetupWithManager. Its completions go to r. The error is dispatch.New's, for invalid options.
 func NewManagerDispatcher(r *ExternalActionReconciler) (*ManagerDispatcher, error) {
 	md := &ManagerDispatcher{r: r, outcomes: make(chan event.GenericEvent, outcomeBuffer), stopped: make(chan struct{})}
@@ -154,6 +155,7 @@ func NewManagerDispatcher(r *ExternalActionReconciler) (*ManagerDispatcher, erro
 	}
 	d, err := dispatch.New(dispatch.Options[*send.Result]{
 		MaxInFlight: r.Options.MaxInFlight, ShutdownGrace: r.Options.ShutdownGrace, Deliver: md.deliver, Clock: clk,
+		Budget: httpexec.Budget(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the dispatcher: %w", err)

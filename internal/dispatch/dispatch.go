@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/actionledger/actionledger/internal/membudget"
 	"github.com/actionledger/actionledger/internal/metrics"
 )
 
@@ -30,6 +32,9 @@ const (
 	// DefaultShutdownGrace is how long running sends are awaited after the stop began when
 	// Options.ShutdownGrace is not positive (--shutdown-grace default, 25 s).
 	DefaultShutdownGrace = 25 * time.Second
+	// MinJobBytes is the least a send holds (bytes): HasRoom is false while a namespace cannot take as much of the
+	// byte budget.
+	MinJobBytes = 64 << 10
 )
 
 var (
@@ -59,6 +64,10 @@ type Job[R any] struct {
 	Key types.NamespacedName
 	// Attempt is the claimed attempt number; it is only handed back in the Completion.
 	Attempt int32
+	// Bytes is what the send will make the manager hold while it runs (the response body it keeps and its copies,
+	// the request body, the connection's buffers), in bytes: taken from Options.Budget, charged to Key.Namespace,
+	// before Run starts, and given back when it returns. The job stays queued until they fit. 0: none.
+	Bytes int64
 	// MaxInFlight is the destination's limit of sends in flight; the value of the newest job submitted
 	// for the destination applies to it. Not positive means DefaultMaxInFlight; it is cut to
 	// MaxMaxInFlight and to the global limit.
@@ -113,6 +122,10 @@ type Options[R any] struct {
 	// Clock is the clock of Job.Deadline and Job.StartBy, and times Waited and the shutdown grace; nil
 	// means the real clock.
 	Clock clock.WithDelayedExecution
+	// Budget is the process's byte budget (internal/membudget) that every job's Bytes are taken from before it
+	// starts; the dispatcher sets its OnFree, so bytes given back by anyone (a decoder's window) start the jobs
+	// that waited for them. nil: bytes are not counted.
+	Budget *membudget.Budget
 }
 
 // Dispatcher runs jobs with per-destination and global limits of sends in flight, fair across
@@ -123,6 +136,9 @@ type Dispatcher[R any] struct {
 	grace   time.Duration
 	deliver func(Completion[R])
 	clock   clock.WithDelayedExecution
+	budget  *membudget.Budget
+	// kicked is set while a pump for freed bytes is on its way (kick).
+	kicked atomic.Bool
 
 	// runCtx is the parent of every Run's context; cancelled when the grace is over.
 	runCtx     context.Context
@@ -172,6 +188,8 @@ type job[R any] struct {
 	timer    clock.Timer
 	queuedAt time.Time
 	state    jobState
+	// release gives back the job's Bytes, taken when it started.
+	release func()
 }
 
 // destQueue is the queue and in-flight count of one destination.
@@ -197,7 +215,7 @@ func New[R any](opts Options[R]) (*Dispatcher[R], error) {
 		return nil, errors.New("dispatch: Options.Deliver is required")
 	}
 	d := &Dispatcher[R]{
-		global: opts.MaxInFlight, grace: opts.ShutdownGrace, deliver: opts.Deliver, clock: opts.Clock,
+		global: opts.MaxInFlight, grace: opts.ShutdownGrace, deliver: opts.Deliver, clock: opts.Clock, budget: opts.Budget,
 		dests: map[string]*destQueue[R]{}, keys: map[types.NamespacedName]*job[R]{}, flows: map[string]*flow[R]{},
 		nsInFlight: map[string]int{},
 	}
@@ -211,7 +229,26 @@ func New[R any](opts Options[R]) (*Dispatcher[R], error) {
 		d.clock = clock.RealClock{}
 	}
 	d.runCtx, d.cancelRuns = context.WithCancel(context.Background()) //nolint:gosec // G118: cancelRuns is called when the grace ends (Start)
+	if d.budget != nil {
+		d.budget.OnFree(d.kick)
+	}
 	return d, nil
+}
+
+// kick starts the jobs that waited for bytes once bytes were given back (membudget.Budget.OnFree): in a goroutine
+// of its own, since the bytes may be given back under a lock of the caller's; one at a time.
+func (d *Dispatcher[R]) kick() {
+	if !d.kicked.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		d.kicked.Store(false)
+		d.mu.Lock()
+		start, dropped := d.pumpLocked(d.clock.Now())
+		d.mu.Unlock()
+		d.launch(start)
+		d.finish(dropped)
+	}()
 }
 
 // Submit queues job and starts it when its destination and the global pool have a free slot. It never
@@ -259,12 +296,13 @@ func (d *Dispatcher[R]) Submit(jb Job[R]) error {
 
 // HasRoom reports whether a job of namespace for destination would be served within about one round of
 // its sends: true when fewer jobs are queued on the destination than its limit, or none of namespace
-// (so a tenant is never kept out by another's backlog), and the stop has not begun. The controller asks
-// before writing a claim; false means "wait for the destination (concurrency)".
+// (so a tenant is never kept out by another's backlog), the byte budget has MinJobBytes free for namespace,
+// and the stop has not begun. The controller asks before writing a claim; false means "wait for the
+// destination (concurrency)".
 func (d *Dispatcher[R]) HasRoom(destination, namespace string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.stopping {
+	if d.stopping || d.budget != nil && !d.budget.Fits(namespace, MinJobBytes) {
 		return false
 	}
 	dq := d.dests[destination]
@@ -454,7 +492,7 @@ func (d *Dispatcher[R]) pick() int {
 			if nsq == nil || nsq.jobs.Len() == 0 {
 				return true
 			}
-			ready = ready || dq.inFlight < dq.limit
+			ready = ready || dq.inFlight < dq.limit && d.fits(f.ns, nsq.jobs.Front().Value.(*job[R]))
 			return false
 		})
 		if len(f.dests) == 0 {
@@ -463,7 +501,7 @@ func (d *Dispatcher[R]) pick() int {
 			continue
 		}
 		kept = append(kept, f)
-		if ready && (best < 0 || d.nsInFlight[f.ns] < d.nsInFlight[kept[best].ns]) {
+		if ready && (best < 0 || d.share(f.ns) < d.share(kept[best].ns)) {
 			best = len(kept) - 1
 		}
 	}
@@ -481,21 +519,52 @@ func (d *Dispatcher[R]) next(f *flow[R], now time.Time, dropped *[]completed[R])
 		f.dests = append(f.dests[1:], dq)
 		nsq := dq.byNS[f.ns]
 		for nsq != nil && nsq.jobs.Len() > 0 && dq.inFlight < dq.limit {
-			j := dq.popFrom(nsq)
-			if now.Before(j.StartBy) {
-				if nsq.jobs.Len() == 0 {
-					f.dests = f.dests[:len(f.dests)-1] // dq is last after the rotation
-				}
-				return j
+			j := nsq.jobs.Front().Value.(*job[R])
+			if !now.Before(j.StartBy) {
+				dq.popFrom(nsq)
+				*dropped = append(*dropped, d.finishQueuedLocked(j, ErrStartDeadline, now))
+				d.report(dq)
+				continue
 			}
-			*dropped = append(*dropped, d.finishQueuedLocked(j, ErrStartDeadline, now))
-			d.report(dq)
+			if !d.take(j) {
+				break // its bytes do not fit: it waits, first of its namespace on dq
+			}
+			dq.popFrom(nsq)
+			if nsq.jobs.Len() == 0 {
+				f.dests = f.dests[:len(f.dests)-1] // dq is last after the rotation
+			}
+			return j
 		}
 		if nsq == nil || nsq.jobs.Len() == 0 {
 			f.dests = f.dests[:len(f.dests)-1]
 		}
 	}
 	return nil
+}
+
+// share is ns's dominant share (dominant resource fairness): the larger of its part of the global pool of sends
+// and its part of the byte budget. The namespace with the smallest share starts the next job.
+func (d *Dispatcher[R]) share(ns string) float64 {
+	s := float64(d.nsInFlight[ns]) / float64(d.global)
+	if d.budget != nil {
+		s = max(s, float64(d.budget.Held(ns))/float64(d.budget.Total()))
+	}
+	return s
+}
+
+// fits reports whether j's bytes fit in the budget for ns now.
+func (d *Dispatcher[R]) fits(ns string, j *job[R]) bool {
+	return d.budget == nil || j.Bytes <= 0 || d.budget.Fits(ns, j.Bytes)
+}
+
+// take takes j's bytes from the budget; false when they do not fit now.
+func (d *Dispatcher[R]) take(j *job[R]) bool {
+	if d.budget == nil || j.Bytes <= 0 {
+		return true
+	}
+	release, ok := d.budget.TryTake(j.Key.Namespace, j.Bytes)
+	j.release = release
+	return ok
 }
 
 // launch runs the started jobs, each in its own goroutine.
@@ -509,6 +578,9 @@ func (d *Dispatcher[R]) run(j *job[R]) {
 	defer d.running.Done()
 	started := d.clock.Now()
 	res, err := d.call(j)
+	if j.release != nil {
+		j.release()
+	}
 	d.mu.Lock()
 	j.state = stateDone
 	dq := j.dq

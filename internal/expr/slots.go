@@ -15,6 +15,13 @@ import (
 // EvalTimeout), so one grant per turn is fair queuing of equal-width requests: a tenant with a thousand waiting
 // evaluations delays another tenant's one by at most one evaluation per flow waiting, never by its whole queue.
 
+// HeapBound is the heap, in bytes, that one evaluation is counted to hold at most (16 MiB) when the manager's
+// memory budget is divided (membudget.Split: slots × HeapBound are set aside for evaluations). The cost limit
+// bounds the values an evaluation makes (a unit a byte, about 1 MB); with the parsed input, the program and the
+// runtime's own bookkeeping the worst admitted evaluations measured held 1.6 to 4.1 MB (docs/security.md,
+// BenchmarkBombHeap), so 16 MiB leaves room for what was not found.
+const HeapBound = 16 << 20
+
 // DefaultSlots is the number of evaluation slots when SetSlots was not called: GOMAXPROCS, which since Go 1.25
 // follows the container's CPU limit (and is the node's core count when none is set).
 func DefaultSlots() int { return max(runtime.GOMAXPROCS(0), 1) }

@@ -73,7 +73,7 @@ func contentCodings(h http.Header) ([]string, error) {
 // releases the decoders. An empty body is returned as it is (a HEAD answer or a 204 may name a coding).
 // Errors are those of the decoders' headers (a gzip body without its magic number).
 //
-// Each decoder's window is taken from the window budget in flow's share before it opens (window_budget.go); one that
+// Each decoder's window is taken from the byte budget in flow's share before it opens (window_budget.go); one that
 // does not fit is errWindowBudget, and nothing of it is allocated.
 func decoder(r io.Reader, codings []string, flow string) (io.Reader, func(), error) {
 	var closers []func()
@@ -89,7 +89,7 @@ func decoder(r io.Reader, codings []string, flow string) (io.Reader, func(), err
 	out := io.Reader(br)
 	for _, coding := range slices.Backward(codings) {
 		head := bufio.NewReader(out)
-		free, ok := windows.take(flow, declaredWindow(head, coding))
+		free, ok := budget.TryTake(flow, declaredWindow(head, coding))
 		if !ok {
 			release()
 			return nil, func() {}, errWindowBudget

@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/actionledger/actionledger/internal/httpexec"
+	"github.com/actionledger/actionledger/internal/membudget"
 )
 
 // halfFrame is the first half of a zstd frame that declares an 8 MiB window (issue 40 row 2).
@@ -35,12 +36,12 @@ func halfFrame(t *testing.T) []byte {
 }
 
 // Issue 40 row 2: a tenant's own destination answers 200, zstd, half of a frame declaring an 8 MiB window, then
-// stalls, to many requests at once. Each decoder's window is charged to the tenant's share of the window budget
-// before it opens, so the tenant holds at most a quarter of the budget (the rest of its answers are recorded
+// stalls, to many requests at once. Each decoder's window is charged to the tenant's share of the byte budget
+// before it opens, so the tenant holds at most half of the budget (the rest of its answers are recorded
 // undecoded), and another tenant's compressed answer still decodes meanwhile. Everything is given back after.
 func TestDecoderWindowsArePricedPerNamespace(t *testing.T) {
-	httpexec.SetWindowBudget(64 << 20)
-	defer httpexec.SetWindowBudget(0)
+	httpexec.SetBudget(membudget.New(32 << 20))
+	defer httpexec.SetBudget(membudget.New(membudget.TotalFromMemoryLimit()))
 	frame := halfFrame(t)
 	stop := make(chan struct{})
 	stalled := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +75,7 @@ func TestDecoderWindowsArePricedPerNamespace(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if maxHeld == 0 || maxHeld > 16<<20 {
-		t.Errorf("team-a held up to %d bytes of decoder windows; want some, at most a quarter of 64 MiB", maxHeld)
+		t.Errorf("team-a held up to %d bytes of decoder windows; want some, at most half of 32 MiB", maxHeld)
 	}
 	// team-b's compressed answer decodes meanwhile.
 	body := []byte(`{"id":"ch_1"}`)

@@ -148,6 +148,7 @@ func (s *Sender) job(r request) dispatch.Job[*Result] {
 		Destination: r.dest.ID,
 		Key:         types.NamespacedName{Namespace: r.xa.Namespace, Name: r.xa.Name},
 		Attempt:     r.attempt,
+		Bytes:       r.bytes(),
 		MaxInFlight: r.dest.MaxInFlight,
 		Deadline:    r.deadline,
 		StartBy:     r.deadline.Add(-min(minUsefulSend, r.dest.Timeout/2)),
@@ -159,6 +160,20 @@ func (s *Sender) job(r request) dispatch.Job[*Result] {
 			return r.outcome(NotRunOutcome(err, s.Clock.Now()))
 		},
 	}
+}
+
+// Bytes a send is counted to hold besides its bodies: the connection's read and write buffers, a TLS record
+// buffer, the hasher and the goroutines of the request (an estimate of net/http's and crypto/tls's own).
+const connBytes = 64 << 10
+
+// keptCopies is how many copies of the kept response body a send is counted to hold at once: as read, as
+// decoded, redacted, and as the view its expressions and status read.
+const keptCopies = 4
+
+// bytes is what r is counted to hold while it runs (dispatch.Job.Bytes, taken from the process's byte budget
+// before it is sent): its request body, keptCopies copies of the response body it keeps, and connBytes.
+func (r request) bytes() int64 {
+	return int64(len(r.body)) + keptCopies*int64(max(r.keep, 0)) + connBytes
 }
 
 // run sends r once and reads the answer. The request ends before the job's deadline (for a claimed job, the

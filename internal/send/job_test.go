@@ -207,3 +207,24 @@ func TestEveryKindOfJobLeavesThroughOneSeam(t *testing.T) {
 		})
 	}
 }
+
+// Every job says what its send will hold (dispatch.Job.Bytes, taken from the byte budget before it is sent): the
+// request body, the copies of the response body it keeps (more for an action with outputs, which read up to
+// MaxOutputResponseBytes), and the connection's buffers.
+func TestJobsCountTheBytesTheirSendHolds(t *testing.T) {
+	srv := newOAuthServer(t)
+	exec := httpexec.New()
+	dest := resolved(t, srv, exec)
+	s := &send.Sender{Executor: exec, Exprs: expr.NewCache(8), Clock: clock.RealClock{}}
+	env := ledger.Env{Now: time.Now(), Policy: retry.Policy{MaxAttempts: 3}}
+	xa := claimed(time.Now())
+	plain := s.Job(xa, dest, dest.Spec.URL+"/orders", []byte(`{"n":1}`), env, time.Second).Bytes
+	bigger := s.Job(xa, dest, dest.Spec.URL+"/orders", make([]byte, 100_000), env, time.Second).Bytes
+	withOutputs := xa.DeepCopy()
+	withOutputs.Spec.Outputs = &actionsv1alpha1.ActionOutputs{SecretName: "out", Values: map[string]actionsv1alpha1.OutputExpression{"id": "response.body.id"}}
+	outputs := s.Job(withOutputs, dest, dest.Spec.URL+"/orders", []byte(`{"n":1}`), env, time.Second).Bytes
+	if plain < 4*send.MaxResponseBodyBytes || bigger-plain != 100_000-7 || outputs < 4*actionsv1alpha1.MaxOutputResponseBytes {
+		t.Errorf("Bytes: %d plain, %d with a 100,000-byte body, %d with outputs; want at least four copies of the kept body "+
+			"plus the request body", plain, bigger, outputs)
+	}
+}
