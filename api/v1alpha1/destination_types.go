@@ -386,7 +386,7 @@ type RetryPolicy struct {
 // Concurrency bounds the requests in flight to a destination at once.
 type Concurrency struct {
 	// maxInFlight is the largest number of requests (attempts and post-checks) in flight to the destination at once, shared by every action that uses it in any namespace and served fairly across namespaces.
-	// Defaults to 64; at most 1024, and never more than the manager's --max-in-flight. An action that would wait behind a full round of requests shows reason ConcurrencyLimited and is claimed only when there is room.
+	// Defaults to 64; at most 1024, and never more than the manager's --max-in-flight. An action that would wait behind a full round of requests is claimed only when there is room, and shows reason ConcurrencyLimited once it has waited longer than the destination's timeout.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1024

@@ -311,11 +311,12 @@ func (a *active) share(ctx context.Context) *wait {
 	return nil
 }
 
-// room waits for room at the destination in the dispatcher (reason ConcurrencyLimited, written only when the
-// reason changes), before any token of its limits is spent. The action parks in the destination's waiting room
-// (internal/waitroom), and a completion at the destination wakes the next waiter (ManagerDispatcher.deliver), in
-// round-robin order over namespaces; requeue.Room, jittered, is only the safety net. The wait has no predictable
-// end, so it sets no nextAttemptAt that would hold a woken action back.
+// room waits for room at the destination in the dispatcher, before any token of its limits is spent. The action
+// parks in the destination's waiting room (internal/waitroom), and a completion at the destination wakes the next
+// waiter (ManagerDispatcher.deliver), in round-robin order over namespaces; requeue.Room, jittered, is only the
+// safety net. The wait has no predictable end, so it sets no nextAttemptAt that would hold a woken action back.
+// It is shown (reason ConcurrencyLimited, written once) only when it has lasted longer than roomShown: a wait
+// behind a burst of sends that end within an attempt's time costs no status write.
 func (a *active) room(context.Context) *wait {
 	dest, d := a.f.dest, a.r.Dispatcher
 	nn := types.NamespacedName{Namespace: a.xa.Namespace, Name: a.xa.Name}
@@ -323,13 +324,25 @@ func (a *active) room(context.Context) *wait {
 		a.r.parts.room.Leave(nn)
 		return nil
 	}
+	waited := a.r.parts.room.Since(nn, a.f.now)
 	a.r.parts.room.Park(dest.ID, nn)
 	metrics.Delayed.WithLabelValues(dest.ID, actionsv1alpha1.ReasonConcurrencyLimited).Inc()
 	after := requeue.Room/2 + time.Duration(a.f.env.Rand()*float64(requeue.Room))
+	out := &wait{destID: dest.ID, after: after, quiet: after}
+	if waited < roomShown(dest) {
+		return out
+	}
 	msg := fmt.Sprintf("waiting for destination %s (concurrency): %d request(s) in flight and %d queued",
 		dest.ID, d.InFlight(dest.ID), d.Queued(dest.ID))
-	return &wait{step: ledger.Delayed(&a.xa.Status, actionsv1alpha1.ReasonConcurrencyLimited, msg, time.Time{}, a.f.env),
-		destID: dest.ID, after: after, quiet: after}
+	out.step = ledger.Delayed(&a.xa.Status, actionsv1alpha1.ReasonConcurrencyLimited, msg, time.Time{}, a.f.env)
+	return out
+}
+
+// roomShown is how long a wait for room at dest lasts before it is shown in status: the destination's timeout
+// (30 s by default), at least send.BriefWait. Within it the sends ahead of the action are ones that end within an
+// attempt's time, so the wait is a burst's queue, gone before a person or kstatus would read it.
+func roomShown(dest *destination.Resolved) time.Duration {
+	return max(send.BriefWait, dest.Timeout)
 }
 
 // outputTarget: an object in the place of spec.outputs' target that this action did not write holds the send

@@ -11,6 +11,7 @@ package waitroom
 import (
 	"container/list"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -21,6 +22,8 @@ type Room struct {
 	dests map[string]*queue
 	// at is where each parked key waits: its destination and its place there.
 	at map[types.NamespacedName]place
+	// since is when each key began to wait (Since), kept across wakes until it Leaves.
+	since map[types.NamespacedName]time.Time
 }
 
 type place struct {
@@ -36,7 +39,21 @@ type queue struct {
 
 // New returns an empty Room.
 func New() *Room {
-	return &Room{dests: map[string]*queue{}, at: map[types.NamespacedName]place{}}
+	return &Room{dests: map[string]*queue{}, at: map[types.NamespacedName]place{}, since: map[types.NamespacedName]time.Time{}}
+}
+
+// Since returns how long key has waited at now: since its first look without room (recorded now if it has none),
+// across wakes that found no room again, until it Leaves. The controller shows a wait in status only once it has
+// lasted (a wait that ends soon costs no status write).
+func (r *Room) Since(key types.NamespacedName, now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.since[key]
+	if !ok {
+		r.since[key] = now
+		return 0
+	}
+	return now.Sub(t)
 }
 
 // Park puts key in dest's waiting room (at the end of its namespace's queue). A key already parked at dest keeps
@@ -64,10 +81,12 @@ func (r *Room) Park(dest string, key types.NamespacedName) {
 	r.at[key] = place{dest: dest, elem: l.PushBack(key)}
 }
 
-// Leave takes key out of the room (it found room, or is gone); a key not parked is ignored.
+// Leave takes key out of the room (it found room, or is gone) and forgets when it began to wait; a key not
+// parked is ignored.
 func (r *Room) Leave(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	delete(r.since, key)
 	if p, ok := r.at[key]; ok {
 		r.leaveLocked(key, p)
 	}

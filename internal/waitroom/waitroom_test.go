@@ -3,6 +3,7 @@ package waitroom
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -42,5 +43,24 @@ func TestWakeIsFairOverNamespaces(t *testing.T) {
 	}
 	if len(r.at) != 0 || len(r.dests) != 0 {
 		t.Errorf("room not empty: %d keys, %d destinations", len(r.at), len(r.dests))
+	}
+}
+
+// Since counts from a key's first look without room, across wakes that found none again, until it Leaves.
+func TestSinceLastsUntilTheKeyLeaves(t *testing.T) {
+	r := New()
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	if d := r.Since(k("ns", 0), t0); d != 0 {
+		t.Fatalf("first look: %v, want 0", d)
+	}
+	r.Park("D/a", k("ns", 0))
+	r.Wake("D/a", 1)
+	r.Park("D/a", k("ns", 0))
+	if d := r.Since(k("ns", 0), t0.Add(5*time.Second)); d != 5*time.Second {
+		t.Fatalf("after a wake that found no room: %v, want 5s", d)
+	}
+	r.Leave(k("ns", 0))
+	if d := r.Since(k("ns", 0), t0.Add(9*time.Second)); d != 0 || len(r.at) != 0 {
+		t.Fatalf("after Leave: %v (%d parked), want a new wait", d, len(r.at))
 	}
 }

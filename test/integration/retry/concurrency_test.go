@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
@@ -19,8 +20,9 @@ import (
 )
 
 // spec.concurrency.maxInFlight bounds the requests in flight to a destination across namespaces: with a limit
-// of 2 the destination never sees a third request at once; the actions that would wait behind a full round
-// show reason ConcurrencyLimited (no claim meanwhile), and every action succeeds after one request.
+// of 2 the destination never sees a third request at once; the actions that wait behind a full round for longer
+// than the destination's timeout show reason ConcurrencyLimited (no claim meanwhile), and every action succeeds
+// after one request.
 func TestMaxInFlightBoundsConcurrentRequests(t *testing.T) {
 	nsX, nsY := env.Namespace(t), env.Namespace(t)
 	s := destination.New(destination.Options{CommitDelay: 300 * time.Millisecond})
@@ -35,7 +37,8 @@ func TestMaxInFlightBoundsConcurrentRequests(t *testing.T) {
 	t.Cleanup(ts.Close)
 	cdName := "conc-" + nsX
 	cd := &actionsv1alpha1.ClusterDestination{Spec: actionsv1alpha1.ClusterDestinationSpec{DestinationSpec: actionsv1alpha1.DestinationSpec{
-		URL: ts.URL, Concurrency: &actionsv1alpha1.Concurrency{MaxInFlight: ptr(int32(2))}},
+		// A timeout of 1 s: a wait for room is shown once it has lasted longer than the destination's timeout.
+		URL: ts.URL, Timeout: &metav1.Duration{Duration: time.Second}, Concurrency: &actionsv1alpha1.Concurrency{MaxInFlight: ptr(int32(2))}},
 		Response: &actionsv1alpha1.ClusterResponsePolicy{Expose: &actionsv1alpha1.ResponseExposure{}}}}
 	cd.Name = cdName
 	env.Create(t, cd)
