@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -33,12 +34,19 @@ func terminalHook(w *Writer) *[]hookCall {
 			resourceVersion: xa.ResourceVersion, status: *xa.Status.DeepCopy()})
 		xa.Status.DeadLetter = &actionsv1alpha1.DeadLetterStatus{Sink: "Destination/ns/sink", Phase: xa.Status.Phase,
 			State: actionsv1alpha1.DeadLetterPending, Message: fmt.Sprintf("added by call %d", len(*calls))}
+		// Changed in place, as Show changes a condition that is there: the step's own status must not see it.
+		for i := range xa.Status.Conditions {
+			xa.Status.Conditions[i].Message = "changed by the hook"
+		}
 	}
 	return calls
 }
 
+// phaseStep is a step to phase with a Ready condition.
 func phaseStep(phase actionsv1alpha1.Phase, lastError string) ledger.Step {
-	return ledger.Step{Kind: ledger.KindNone, Status: &actionsv1alpha1.ExternalActionStatus{Phase: phase, LastError: lastError}}
+	return ledger.Step{Kind: ledger.KindNone, Status: &actionsv1alpha1.ExternalActionStatus{Phase: phase, LastError: lastError,
+		Conditions: []metav1.Condition{{Type: actionsv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: string(phase),
+			Message: "decided", LastTransitionTime: metav1.Now()}}}}
 }
 
 // Apply that ends the action runs the hook once, before the write, on the status it writes (the action's
@@ -71,8 +79,11 @@ func TestTerminalHookRunsOnceInTheWriteThatEndsTheAction(t *testing.T) {
 	if upd.Status.DeadLetter == nil || upd.ResourceVersion != stored(t, c).ResourceVersion {
 		t.Errorf("Apply returned %+v; want the object as written, with the hook's addition", upd.Status.DeadLetter)
 	}
-	if step.Status.DeadLetter != nil {
+	if step.Status.DeadLetter != nil || step.Status.Conditions[0].Message != "decided" {
 		t.Error("the hook changed the step's own status")
+	}
+	if c := stored(t, c).Status.Conditions; len(c) != 1 || c[0].Message != "changed by the hook" {
+		t.Errorf("stored conditions %+v; want the hook's change", c)
 	}
 	if finished != 1 {
 		t.Errorf("Finished ran %d times, want 1", finished)
@@ -200,7 +211,7 @@ func TestTerminalHookSettle(t *testing.T) {
 	if dl := stored(t, c).Status.DeadLetter; dl == nil || s.Written.Status.DeadLetter == nil {
 		t.Errorf("stored deadLetter %+v, written %+v; want the hook's addition in both", dl, s.Written.Status.DeadLetter)
 	}
-	if s.Step.Status.DeadLetter != nil {
+	if s.Step.Status.DeadLetter != nil || s.Step.Status.Conditions[0].Message != "decided" {
 		t.Error("the hook changed the step's status")
 	}
 }
