@@ -144,7 +144,9 @@ type ExternalActionReconciler struct {
 // parts are the reconciler's collaborators, built once from its fields (build).
 type parts struct {
 	// room parks sends that wait for room at their destination until a completion there wakes them.
-	room     *waitroom.Room
+	room *waitroom.Room
+	// passage is what every request to a destination passes before its claim (send.Passage).
+	passage  *send.Passage
 	writer   *status.Writer
 	resolver *destination.Resolver
 	sender   *send.Sender
@@ -345,11 +347,14 @@ func (r *ExternalActionReconciler) build() {
 			return r.env(xa, nil, r.Clock.Now())
 		}}
 	p.sender = &send.Sender{Executor: r.Executor, Exprs: r.Exprs, Clock: r.Clock, Succeeded: p.outputs.Hold}
+	p.passage = &send.Passage{Limiter: r.Limiter, Resolver: p.resolver, Room: p.room,
+		HasRoom: func(id, ns string) bool { return r.Dispatcher.HasRoom(id, ns) },
+		Load:    func(id string) (int, int) { return r.Dispatcher.InFlight(id), r.Dispatcher.Queued(id) }}
 	p.deadletter = &deadletter.Manager{Reader: r.APIReader, Resolver: p.resolver, Writer: p.writer, Sender: p.sender,
-		Limiter: r.Limiter, Clock: r.Clock,
+		Clock:   r.Clock,
 		Env:     func(xa *actionsv1alpha1.ExternalAction) ledger.Env { return r.env(xa, nil, r.Clock.Now()) },
 		Submit:  r.submit,
-		HasRoom: func(id, ns string) bool { return r.Dispatcher.HasRoom(id, ns) }}
+		Passage: p.passage}
 	// The write that ends an action records the dead-letter record it owes (docs/deadletter.md).
 	p.writer.Terminal = p.deadletter.Owe
 	p.store = r.Options.TombstoneStore

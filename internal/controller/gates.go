@@ -111,11 +111,12 @@ func (a *active) observe() []gate {
 }
 
 // toDestination is the list every request to the destination passes last, a send and a post-check alike, in the
-// order that spends nothing before it is needed: this shard's share of the destination's limits and room in
-// the dispatcher (both in memory), then reads of the variant's own (no API read while there is no room), the
-// destination's Secrets, and last a token of its rate limit and retry budget.
+// order that spends nothing before it is needed (send.Passage, which dead-letter deliveries pass too): this
+// shard's share of the destination's limits and room in the dispatcher (both in memory: near), then reads of the
+// variant's own (no API read while there is no room), and last the destination's Secrets and a token of its rate
+// limit and retry budget (far).
 func (a *active) toDestination(reads ...gate) []gate {
-	return slices.Concat([]gate{a.share, a.room}, reads, []gate{a.credentials, a.admit})
+	return slices.Concat([]gate{a.near}, reads, []gate{a.far})
 }
 
 // variant composes the variant of the ledger's step: a send (claimed or not: claimHold) passes its path and its
@@ -301,48 +302,51 @@ func (a *active) subject(ctx context.Context) *wait {
 	return &wait{step: ledger.WaitForSubject(&a.xa.Status, w.Reason, w.Message, a.f.env), after: w.After}
 }
 
-// share waits while this shard is joining the destination's shared limits (a few seconds after a start, or
-// its first use of the destination): a short internal wait, not worth a status write per action.
-func (a *active) share(ctx context.Context) *wait {
-	if after, ok := a.r.parts.resolver.TakeShare(a.f.dest, a.f.now); !ok {
-		log.FromContext(ctx).V(1).Info("waiting for this shard's share of the destination's limits", "destination", a.f.dest.ID, "wait", after)
-		return &wait{after: after}
+// near passes this shard's share of the destination's limits and room in the dispatcher (send.Passage.Near):
+// without room the action parks in the destination's waiting room, woken by a completion there
+// (ManagerDispatcher.deliver) in round-robin order over namespaces, requeue.Room (jittered) as the safety net;
+// the wait sets no nextAttemptAt that would hold a woken action back, and is shown (ConcurrencyLimited, written
+// once) only when it has lasted longer than the destination's timeout (send.RoomShown).
+func (a *active) near(ctx context.Context) *wait {
+	h := a.r.parts.passage.Near(a.f.dest, types.NamespacedName{Namespace: a.xa.Namespace, Name: a.xa.Name}, a.f.now, a.f.env.Rand)
+	if h != nil && h.Reason == "" {
+		log.FromContext(ctx).V(1).Info("waiting for this shard's share of the destination's limits", "destination", a.f.dest.ID, "wait", h.After)
 	}
-	return nil
+	return holdWait(a, h)
 }
 
-// room waits for room at the destination in the dispatcher, before any token of its limits is spent. The action
-// parks in the destination's waiting room (internal/waitroom), and a completion at the destination wakes the next
-// waiter (ManagerDispatcher.deliver), in round-robin order over namespaces; requeue.Room, jittered, is only the
-// safety net. The wait has no predictable end, so it sets no nextAttemptAt that would hold a woken action back.
-// It is shown (reason ConcurrencyLimited, written once) only when it has lasted longer than roomShown: a wait
-// behind a burst of sends that end within an attempt's time costs no status write.
-func (a *active) room(context.Context) *wait {
-	dest, d := a.f.dest, a.r.Dispatcher
-	nn := types.NamespacedName{Namespace: a.xa.Namespace, Name: a.xa.Name}
-	if d.HasRoom(dest.ID, a.xa.Namespace) {
-		a.r.parts.room.Leave(nn)
+// far reads the destination's Secrets (only right before a send and a post-check) and takes a token of its rate
+// limit and retry budget (send.Passage.Far, which dead-letter deliveries pass too): a wait for a token is
+// written (RateLimited, RetryBudgetExhausted) only when longer than send.BriefWait and the reason changes, and
+// never by a quiet variant.
+func (a *active) far(ctx context.Context) *wait {
+	first := a.f.step.Kind != ledger.KindSend || a.f.step.Status.Claim.Attempt == 1
+	return holdWait(a, a.r.parts.passage.Far(ctx, a.f.dest, types.NamespacedName{Namespace: a.xa.Namespace, Name: a.xa.Name}, first, a.f.now))
+}
+
+// holdWait is the wait of the passage's hold h (nil: none): an unusable destination for a Secret that could not
+// be read; a short internal wait for the shard's share; else a delay at the destination (quiet: a quiet variant
+// only waits it), its step written only when the hold is shown.
+func holdWait(a *active, h *send.Hold) *wait {
+	switch {
+	case h == nil:
 		return nil
+	case h.Err != nil:
+		return a.unusable(h.Err)
+	case h.Reason == "":
+		return &wait{after: h.After}
 	}
-	waited := a.r.parts.room.Since(nn, a.f.now)
-	a.r.parts.room.Park(dest.ID, nn)
-	metrics.Delayed.WithLabelValues(dest.ID, actionsv1alpha1.ReasonConcurrencyLimited).Inc()
-	after := requeue.Room/2 + time.Duration(a.f.env.Rand()*float64(requeue.Room))
-	out := &wait{destID: dest.ID, after: after, quiet: after}
-	if waited < roomShown(dest) {
-		return out
+	out := &wait{destID: a.f.dest.ID, after: h.After, quiet: h.After}
+	if !h.Until.IsZero() {
+		out.quiet = h.Until.Sub(a.f.now)
 	}
-	msg := fmt.Sprintf("waiting for destination %s (concurrency): %d request(s) in flight and %d queued",
-		dest.ID, d.InFlight(dest.ID), d.Queued(dest.ID))
-	out.step = ledger.Delayed(&a.xa.Status, actionsv1alpha1.ReasonConcurrencyLimited, msg, time.Time{}, a.f.env)
+	if h.Shown {
+		out.step = ledger.Delayed(&a.xa.Status, h.Reason, h.Message, h.Until, a.f.env)
+		if !h.Until.IsZero() {
+			out.after = 0 // the step's At: the limiter's time
+		}
+	}
 	return out
-}
-
-// roomShown is how long a wait for room at dest lasts before it is shown in status: the destination's timeout
-// (30 s by default), at least send.BriefWait. Within it the sends ahead of the action are ones that end within an
-// attempt's time, so the wait is a burst's queue, gone before a person or kstatus would read it.
-func roomShown(dest *destination.Resolved) time.Duration {
-	return max(send.BriefWait, dest.Timeout)
 }
 
 // outputTarget: an object in the place of spec.outputs' target that this action did not write holds the send
@@ -361,35 +365,6 @@ func (a *active) outputTarget(ctx context.Context) *wait {
 		step.Event = &ledger.Event{Warning: true, Reason: actionsv1alpha1.ReasonOutputConflict, Message: err.Error()}
 	}
 	return &wait{step: step, after: destination.Recheck}
-}
-
-// credentials reads the destination's Secrets: only right before a send (and a post-check), never to decide
-// anything else.
-func (a *active) credentials(ctx context.Context) *wait {
-	if err := a.r.parts.resolver.LoadCredentials(ctx, a.f.dest); err != nil {
-		return a.unusable(err)
-	}
-	return nil
-}
-
-// admit takes a token from the destination's rate limit and retry budget, or waits (RateLimited,
-// RetryBudgetExhausted; written only when the wait is longer than send.BriefWait and the reason changes, and
-// never by a quiet variant) until the limiter says (send.Admit, which dead-letter
-// deliveries pass too).
-func (a *active) admit(context.Context) *wait {
-	xa, dest := a.xa, a.f.dest
-	first := a.f.step.Kind != ledger.KindSend || a.f.step.Status.Claim.Attempt == 1
-	w := send.Admit(a.r.Limiter, a.r.parts.resolver, dest, xa.Namespace, xa.Namespace+"/"+xa.Name, first, a.f.now)
-	if w == nil {
-		return nil
-	}
-	out := &wait{destID: dest.ID, quiet: w.Until.Sub(a.f.now)}
-	if w.Brief(a.f.now) { // waited, not written (send.BriefWait)
-		out.after = requeue.After(w.Until, a.f.now)
-	} else {
-		out.step = ledger.Delayed(&xa.Status, w.Reason, w.Message, w.Until, a.f.env)
-	}
-	return out
 }
 
 // claimHold is how an attempt holds its claim while it is out: written before the send (DESIGN rule 1), or, for

@@ -130,7 +130,7 @@ func (r *ExternalActionReconciler) finalizeWithOutcome(ctx context.Context, xa *
 func (r *ExternalActionReconciler) recordCheck(ctx context.Context, xa *actionsv1alpha1.ExternalAction, p *send.Result) (ctrl.Result, error) {
 	defer r.parts.mailbox.drop(client.ObjectKeyFromObject(xa))
 	if p.Check.Skipped {
-		return ctrl.Result{RequeueAfter: requeue.NoRoom}, nil
+		return ctrl.Result{RequeueAfter: requeue.Skipped}, nil
 	}
 	log.FromContext(ctx).V(1).Info("post-check", "attempt", p.Attempt, "verdict", p.Check.Verdict)
 	s := r.parts.writer.Settle(ctx, xa, func(st *actionsv1alpha1.ExternalActionStatus) (ledger.Step, bool) {

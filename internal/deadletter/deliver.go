@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,7 +20,6 @@ import (
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
-	"github.com/actionledger/actionledger/internal/limiter"
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/requeue"
 	"github.com/actionledger/actionledger/internal/retry"
@@ -38,17 +38,16 @@ type Manager struct {
 	// Sender makes the delivery's dispatcher job (send.Sender.DeadLetterJob): the one send path of the attempts
 	// and post-checks, with its authorization, 401 token drop, redaction and classification.
 	Sender *send.Sender
-	// Limiter holds the sinks' rate limits and retry budgets, shared with the attempts (send.Admit).
-	Limiter *limiter.Registry
-	Clock   clock.PassiveClock
+	Clock  clock.PassiveClock
 	// Env is the decision environment of the action (holder, claim margin, jitter); the sink's policy,
 	// timeout and repeat safety replace the destination's.
 	Env func(xa *actionsv1alpha1.ExternalAction) ledger.Env
 	// Submit hands a claimed job to the dispatcher (the reconciler's submit); a result already back is in the
 	// mailbox, recorded by the next reconcile.
 	Submit func(ctx context.Context, job dispatch.Job[*send.Result]) (*send.Result, error)
-	// HasRoom reports whether the dispatcher would start a job for the sink soon.
-	HasRoom func(destID, namespace string) bool
+	// Passage is what every request passes before its claim, attempts' and deliveries' alike: the sink's shard
+	// share, room in the dispatcher (the waiting room), its Secrets, rate limit and retry budget.
+	Passage *send.Passage
 }
 
 // anyPhase are all the phases a sink may take.
@@ -257,28 +256,27 @@ func (m *Manager) sinkEnv(xa *actionsv1alpha1.ExternalAction, cur *actionsv1alph
 	return env
 }
 
-// claimAndSend builds the record and its key, passes the sink's shard share, room, credentials and limits
-// (rate limit, and retry budget for a retry: send.Admit, as an attempt does), writes the claim (DESIGN rule 1)
-// and only then hands the delivery to the dispatcher (rule 10). What fails or waits before the claim sends
-// nothing and spends no delivery attempt.
+// claimAndSend builds the record and its key, passes what an attempt passes (send.Passage: the sink's shard
+// share, room in the dispatcher, its Secrets, rate limit, and retry budget for a retry), writes the claim (DESIGN
+// rule 1) and only then hands the delivery to the dispatcher (rule 10). What fails or waits before the claim
+// sends nothing and spends no delivery attempt.
 func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.ExternalAction, s sink,
 	cur *actionsv1alpha1.DeadLetterStatus, step Step, env ledger.Env) (ctrl.Result, bool, error) {
 	target, err := httpexec.JoinURL(s.dest.Spec.URL, pathOf(s.spec))
 	if err != nil {
 		return m.refuse(ctx, xa, cur, actionsv1alpha1.ReasonPathOutsideBase, "deadLetter.path: "+err.Error())
 	}
-	if after, ok := m.Resolver.TakeShare(s.dest, env.Now); !ok {
-		return ctrl.Result{RequeueAfter: after}, true, nil // this shard is joining the sink's shared limits
+	key := types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name}
+	h := m.Passage.Near(s.dest, key, env.Now, env.Rand)
+	if h == nil {
+		h = m.Passage.Far(ctx, s.dest, key, step.Status.Claim.Attempt == 1, env.Now)
 	}
-	if !m.HasRoom(s.id, xa.Namespace) {
-		return ctrl.Result{RequeueAfter: requeue.NoRoom}, true, nil
-	}
-	if err := m.Resolver.LoadCredentials(ctx, s.dest); err != nil {
-		return m.refuse(ctx, xa, cur, destination.Reason(err, actionsv1alpha1.ReasonDestinationNotReady), err.Error())
-	}
-	first := step.Status.Claim.Attempt == 1
-	if w := send.Admit(m.Limiter, m.Resolver, s.dest, xa.Namespace, xa.Namespace+"/"+xa.Name, first, env.Now); w != nil {
-		return m.wait(ctx, xa, cur, w)
+	switch {
+	case h == nil:
+	case h.Err != nil:
+		return m.refuse(ctx, xa, cur, destination.Reason(h.Err, actionsv1alpha1.ReasonDestinationNotReady), h.Err.Error())
+	default:
+		return m.wait(ctx, xa, cur, h)
 	}
 	step = Keyed(step, Key(s.dest.Spec, xa.Namespace, xa.Name))
 	id := step.Status.IdempotencyKey
@@ -306,17 +304,18 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 	return ctrl.Result{RequeueAfter: requeue.After(claimed.Status.DeadLetter.Claim.ExpiresAt.Time, m.Clock.Now())}, true, nil
 }
 
-// wait records that the next delivery attempt waits for the sink's limits (Delayed: written only when the
-// reason changes and the wait is longer than send.BriefWait, never counted as a delivery outcome) and looks
-// again when the limiter says.
+// wait records that the next delivery attempt waits for the sink (Delayed, reason ConcurrencyLimited,
+// RateLimited or RetryBudgetExhausted: written only when the hold is shown, as an attempt's is, and the reason
+// changes; never counted as a delivery outcome) and looks again when the passage says (a wait for room is woken
+// by a completion at the sink before that).
 func (m *Manager) wait(ctx context.Context, xa *actionsv1alpha1.ExternalAction, cur *actionsv1alpha1.DeadLetterStatus,
-	w *send.Wait) (ctrl.Result, bool, error) {
-	if step := Delayed(cur, w.Reason, w.Message); step.Status != nil && !w.Brief(m.Clock.Now()) {
+	h *send.Hold) (ctrl.Result, bool, error) {
+	if step := Delayed(cur, h.Reason, h.Message); h.Reason != "" && h.Shown && step.Status != nil {
 		if _, err := m.Writer.Apply(ctx, xa, actionStep(&xa.Status, step, xa.Generation, m.Clock.Now()), cur.Sink); err != nil {
 			return ctrl.Result{}, true, err
 		}
 	}
-	return ctrl.Result{RequeueAfter: requeue.After(w.Until, m.Clock.Now())}, true, nil
+	return ctrl.Result{RequeueAfter: h.After}, true, nil
 }
 
 // Record writes the outcome of a delivery attempt into status.deadLetter with the status writer's Settle

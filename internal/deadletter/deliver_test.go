@@ -36,6 +36,7 @@ import (
 	"github.com/actionledger/actionledger/internal/send"
 	"github.com/actionledger/actionledger/internal/shard"
 	"github.com/actionledger/actionledger/internal/status"
+	"github.com/actionledger/actionledger/internal/waitroom"
 )
 
 // The delivery tests run the Manager against a fake API server (the controller-runtime fake client, whose status
@@ -164,10 +165,10 @@ func newHarness(t *testing.T, answer func(w http.ResponseWriter, r *http.Request
 
 	loopback := egress.New(egress.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
 	exec := httpexec.New(httpexec.WithEgressPolicy(loopback))
-	h.m = &Manager{Reader: h.c, Clock: h.clk, Limiter: h.limiter,
-		Resolver: &destination.Resolver{Client: h.c, Secrets: h.c, Executor: exec, Clock: h.clk},
-		Writer:   &status.Writer{Client: h.c, Reader: h.c, Recorder: h.rec, Clock: h.clk, DestinationID: destination.ID},
-		Sender:   &send.Sender{Executor: exec, Clock: h.clk},
+	resolver := &destination.Resolver{Client: h.c, Secrets: h.c, Executor: exec, Clock: h.clk}
+	h.m = &Manager{Reader: h.c, Clock: h.clk, Resolver: resolver,
+		Writer: &status.Writer{Client: h.c, Reader: h.c, Recorder: h.rec, Clock: h.clk, DestinationID: destination.ID},
+		Sender: &send.Sender{Executor: exec, Clock: h.clk},
 		Env: func(xa *actionsv1alpha1.ExternalAction) ledger.Env {
 			return ledger.Env{Holder: "h1", Generation: xa.Generation, ClaimMargin: 2 * time.Second, Rand: func() float64 { return 0.5 }}
 		},
@@ -178,7 +179,8 @@ func newHarness(t *testing.T, answer func(w http.ResponseWriter, r *http.Request
 			h.results = append(h.results, job.Run(ctx))
 			return nil, nil // still held by the dispatcher, as far as the reconcile knows
 		},
-		HasRoom: func(string, string) bool { return !h.noRoom },
+		Passage: &send.Passage{Limiter: h.limiter, Resolver: resolver, Room: waitroom.New(),
+			HasRoom: func(string, string) bool { return !h.noRoom }, Load: func(string) (int, int) { return 64, 3 }},
 	}
 	return h
 }
@@ -535,10 +537,12 @@ func TestDeliveryWaitsBeforeTheClaim(t *testing.T) {
 		prepare func(h *harness)
 		want    time.Duration
 		written string // the reason written, "" for no write
+		parked  bool   // parked in the sink's waiting room
 	}{
 		{name: "share", prepare: func(h *harness) { h.m.Resolver.Shards = &shard.Membership{Interval: 7 * time.Second} },
 			want: 7 * time.Second},
-		{name: "room", prepare: func(h *harness) { h.noRoom = true }, want: requeue.NoRoom},
+		// Parked in the sink's waiting room, woken by a completion there; the safety net jittered (Rand 0.5: Room).
+		{name: "room", prepare: func(h *harness) { h.noRoom = true }, want: requeue.Room, parked: true},
 		{name: "rate limit pause", prepare: func(h *harness) { h.limiter.Pause(dlSink, t0.Add(30*time.Second)) },
 			want: 30 * time.Second, written: actionsv1alpha1.ReasonRateLimited},
 		{name: "brief pause", prepare: func(h *harness) { h.limiter.Pause(dlSink, t0.Add(500*time.Millisecond)) },
@@ -548,6 +552,7 @@ func TestDeliveryWaitsBeforeTheClaim(t *testing.T) {
 			h := newHarness(t, nil)
 			c.prepare(h)
 			before := deliveries()
+			delayed := testutil.ToFloat64(metrics.Delayed.WithLabelValues(dlSink, actionsv1alpha1.ReasonConcurrencyLimited))
 			rv := h.get().ResourceVersion
 			res, held := h.reconcile()
 			if !held || res.RequeueAfter != c.want {
@@ -568,6 +573,13 @@ func TestDeliveryWaitsBeforeTheClaim(t *testing.T) {
 				t.Errorf("status.deadLetter reason %q message %q; want %s written", dl.Reason, dl.Message, c.written)
 			}
 			counted(t, before, nil)
+			if got := h.m.Passage.Room.Waiting(dlSink); (got == 1) != c.parked {
+				t.Errorf("%d waiting in the sink's room; want parked %v", got, c.parked)
+			}
+			grown := testutil.ToFloat64(metrics.Delayed.WithLabelValues(dlSink, actionsv1alpha1.ReasonConcurrencyLimited)) - delayed
+			if (grown == 1) != c.parked {
+				t.Errorf("actionledger_delayed_total{reason=ConcurrencyLimited} grew by %v; want 1 when parked (counted as an attempt's wait is)", grown)
+			}
 		})
 	}
 }

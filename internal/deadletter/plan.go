@@ -234,8 +234,8 @@ func Show(st *actionsv1alpha1.ExternalActionStatus, generation int64, now time.T
 	}
 }
 
-// Delayed records that the next delivery attempt of cur, which is due, waits for the sink's limits: reason
-// RateLimited or RetryBudgetExhausted and msg (send.Wait's, saying until when). It is not a failure of the record:
+// Delayed records that the next delivery attempt of cur, which is due, waits for the sink: reason
+// ConcurrencyLimited, RateLimited or RetryBudgetExhausted and msg (send.Hold's). It is not a failure of the record:
 // no attempt is spent, nothing is scheduled (the limiter's queue keeps the record's place), the record stays
 // Pending (a Refused one resumes, its sink being usable again). It writes only when the reason changes.
 func Delayed(cur *actionsv1alpha1.DeadLetterStatus, reason, msg string) Step {

@@ -2,7 +2,7 @@
 // runs (the outputs settlement in package outputs, the dead-letter delivery in package deadletter).
 //
 // Each delay is a ctrl.Result.RequeueAfter: how long a reconcile that stopped short waits before the object is
-// looked at again. Only NoRoom is jittered, where its doc says. They are short on purpose: each one waits for something that is already
+// looked at again. Only Room is jittered (by send.Passage), where its doc says. They are short on purpose: each one waits for something that is already
 // on its way (a write in the informer cache, a result in the dispatcher, a newer object after a Conflict), and
 // a watch event usually wakes the object sooner; the delay only bounds the wait when no event comes. Waits
 // that come from the recorded schedule (a backoff, a claim's expiry) are not named here: At turns them into a
@@ -40,11 +40,9 @@ const (
 	// object decides again. Nothing was sent.
 	ClaimLost = 200 * time.Millisecond
 
-	// NoRoom (300 ms) is about how often a job waiting for room at its destination in the dispatcher looks
-	// again. A send waits a jittered [NoRoom/2, 3*NoRoom/2), recorded as a ConcurrencyLimited delay (written
-	// only when the reason changes); a post-check and a dead-letter delivery wait NoRoom itself and write
-	// nothing.
-	NoRoom = 300 * time.Millisecond
+	// Skipped (300 ms) follows a post-check that was not asked (it had too little time left, or the manager was
+	// stopping): it is asked again soon.
+	Skipped = 300 * time.Millisecond
 
 	// Room (2 s) is the safety net of a send parked in its destination's waiting room (internal/waitroom): a
 	// completion at the destination wakes the next waiter, so this only bounds a wait whose wake was lost. It is
