@@ -137,8 +137,9 @@ type Dispatcher[R any] struct {
 	deliver func(Completion[R])
 	clock   clock.WithDelayedExecution
 	budget  *membudget.Budget
-	// kicked is set while a pump for freed bytes is on its way (kick).
+	// kicked is set while a pump for freed bytes is on its way (kick); unkick stops the budget's calls of kick.
 	kicked atomic.Bool
+	unkick func()
 
 	// runCtx is the parent of every Run's context; cancelled when the grace is over.
 	runCtx     context.Context
@@ -230,7 +231,7 @@ func New[R any](opts Options[R]) (*Dispatcher[R], error) {
 	}
 	d.runCtx, d.cancelRuns = context.WithCancel(context.Background()) //nolint:gosec // G118: cancelRuns is called when the grace ends (Start)
 	if d.budget != nil {
-		d.budget.OnFree(d.kick)
+		d.unkick = d.budget.OnFree(d.kick)
 	}
 	return d, nil
 }
@@ -405,6 +406,9 @@ func (d *Dispatcher[R]) stop() {
 		<-done
 	}
 	d.cancelRuns()
+	if d.unkick != nil {
+		d.unkick()
+	}
 }
 
 // completed is a completion waiting to be delivered, with its job (whose key is released after delivery).

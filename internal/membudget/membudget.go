@@ -46,8 +46,9 @@ type Budget struct {
 	total  int64
 	used   int64
 	byFlow map[string]int64
-	// freed, when set, is called (outside the lock) after bytes were given back.
-	freed func()
+	// freed are called (outside the lock) after bytes were given back, by the id OnFree gave them.
+	freed  map[int]func()
+	nextID int
 }
 
 // New returns a Budget of total bytes (at least 1).
@@ -85,9 +86,23 @@ func Split(total int64, slots int, heapBound int64) (keptSlots int, rest int64) 
 	return keptSlots, max(total-int64(keptSlots)*heapBound, 1)
 }
 
-// OnFree sets f to be called after bytes are given back (outside the Budget's lock, from the goroutine that gave
-// them back): a waiter may fit now. Set it before the Budget is shared.
-func (b *Budget) OnFree(f func()) { b.freed = f }
+// OnFree has f called after bytes are given back (outside the Budget's lock, from the goroutine that gave them
+// back; f must not block): a waiter may fit now. The returned function stops the calls.
+func (b *Budget) OnFree(f func()) (stop func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.freed == nil {
+		b.freed = map[int]func(){}
+	}
+	id := b.nextID
+	b.nextID++
+	b.freed[id] = f
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		delete(b.freed, id)
+	}
+}
 
 // Total returns the bytes of the budget.
 func (b *Budget) Total() int64 { return b.total }
@@ -140,9 +155,12 @@ func (b *Budget) give(flow string, n int64) {
 	if b.byFlow[flow] -= n; b.byFlow[flow] <= 0 {
 		delete(b.byFlow, flow)
 	}
-	freed := b.freed
+	fs := make([]func(), 0, len(b.freed))
+	for _, f := range b.freed {
+		fs = append(fs, f)
+	}
 	b.mu.Unlock()
-	if freed != nil {
-		freed()
+	for _, f := range fs {
+		f()
 	}
 }
