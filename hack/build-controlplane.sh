@@ -26,7 +26,7 @@ log() { echo "build-controlplane: $*" >&2; }
 
 kube_cmds=(kube-apiserver kubectl)
 if [[ "${CLUSTER:-0}" == 1 ]]; then
-  kube_cmds+=(kube-scheduler kube-controller-manager kubelet)
+  kube_cmds+=(kube-scheduler kube-controller-manager kubelet kube-proxy)
 fi
 
 all_present() {
