@@ -36,6 +36,14 @@ check_prerequisites() {
   for b in openssl unshare nsenter setsid ss awk; do
     command -v "${b}" >/dev/null 2>&1 || die "missing ${b} (Debian packages: openssl, util-linux, iproute2, gawk)"
   done
+  if [[ "${POD_NETWORK:-0}" == 1 ]]; then
+    for b in ip iptables-save iptables-restore nft; do
+      command -v "${b}" >/dev/null 2>&1 || die "missing ${b} for POD_NETWORK=1 (Debian packages: iproute2, iptables, nftables)"
+    done
+    for b in bridge host-local; do
+      [[ -x "${CNI_BIN_DIR}/${b}" ]] || die "missing the CNI plugin ${CNI_BIN_DIR}/${b}; install it with: ${APT_HINT}"
+    done
+  fi
 }
 
 # record_sysctls prints "name value" for every entry of SYSCTLS, as the host has them now.
@@ -393,13 +401,7 @@ record_host_network() {
 
 # netns_pids <ns> prints the PIDs of the processes in network namespace <ns> (as readlink /proc/<pid>/ns/net
 # prints it).
-netns_pids() {
-  local p
-  for p in /proc/[0-9]*; do
-    [[ "$(readlink "${p}/ns/net" 2>/dev/null)" == "$1" ]] && echo "${p#/proc/}"
-  done
-  return 0
-}
+netns_pids() { ns_pids net "$1"; }
 
 # write_kubelet_config <statedir> <port> <healthz port> <cgroup root> [address] [more yaml]
 write_kubelet_config() {
@@ -487,10 +489,11 @@ still_alive() {
 
 # mntns_pids <ns> prints the PIDs of the processes in mount namespace <ns> (as readlink
 # /proc/<pid>/ns/mnt prints it).
-mntns_pids() {
-  local p
-  for p in /proc/[0-9]*; do
-    [[ "$(readlink "${p}/ns/mnt" 2>/dev/null)" == "$1" ]] && echo "${p#/proc/}"
-  done
-  return 0
+mntns_pids() { ns_pids mnt "$1"; }
+
+# ns_pids <type> <ns> prints the PIDs of the processes whose /proc/<pid>/ns/<type> links to <ns> (one stat for
+# all: a readlink per process takes seconds on a busy machine).
+ns_pids() {
+  stat -c '%N' /proc/[0-9]*/ns/"$1" 2>/dev/null |
+    awk -v want="'$2'" '$3 == want { split($1, p, "/"); print p[3] }' || true
 }
