@@ -81,7 +81,7 @@ controlplane: ## Build etcd, kube-apiserver and kubectl from Go modules into bin
 	@hack/build-controlplane.sh >/dev/null
 
 .PHONY: cluster-binaries
-cluster-binaries: ## Build kubelet, kube-controller-manager and kube-scheduler too (CLUSTER=1) into bin/k8s (skipped when present).
+cluster-binaries: ## Build kubelet, kube-controller-manager, kube-scheduler and kube-proxy too (CLUSTER=1) into bin/k8s (skipped when present).
 	@CLUSTER=1 hack/build-controlplane.sh >/dev/null
 
 .PHONY: test-cluster
@@ -97,8 +97,8 @@ test-cluster: ## Run the real-cluster suites: test/cluster (a single-node cluste
 CLUSTER_DIR ?= /tmp/actionledger-cluster
 
 .PHONY: cluster-up
-cluster-up: ## Start the single-node cluster in CLUSTER_DIR; then export KUBECONFIG=$(CLUSTER_DIR)/admin.kubeconfig.
-	@POD_NETWORK=1 hack/cluster/up.sh --check
+cluster-up: ## Start the single-node cluster in CLUSTER_DIR (POD_NETWORK=1: with a pod network and kube-proxy in a network namespace of its own); then export KUBECONFIG=$(CLUSTER_DIR)/admin.kubeconfig.
+	@hack/cluster/up.sh --check
 	@$(MAKE) --no-print-directory cluster-binaries
 	KUBE_ASSETS="$(ASSETS_DIR)" hack/cluster/up.sh "$(CLUSTER_DIR)"
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# up.sh <statedir> starts a real single-node Kubernetes cluster on this machine, on 127.0.0.1 only:
+# up.sh <statedir> starts a real single-node Kubernetes cluster on this machine, on 127.0.0.1 only (with
+# POD_NETWORK=1: in a network namespace of its own, with a pod network and kube-proxy; see below):
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd and the kubelet, each a
 # process whose PID is kept in <statedir>/pids/. down.sh <statedir> stops them and removes
 # everything up.sh created. The state directory must not exist or be empty; up.sh creates it and
@@ -18,7 +19,7 @@
 # binaries of hack/build-controlplane.sh (CLUSTER=1, built here when missing); the pause image of
 # hack/cluster/pause-image.sh (built here when missing).
 #
-# How it stays on this machine and leaves the host as it was:
+# How it stays on this machine and leaves the host as it was (without POD_NETWORK=1):
 #   - every listener binds 127.0.0.1, on free ports picked at start; the node is named 127.0.0.1
 #     (--hostname-override), so its InternalIP is 127.0.0.1; pods must use hostNetwork: there is
 #     no pod network (a CNI conflist with only the loopback plugin makes the node Ready);
@@ -40,7 +41,34 @@
 #   - pods' cgroups live under a cgroup root of their own (/actionledger-<statedir name>, created
 #     in every cgroup v1 hierarchy and removed by down.sh).
 #
-# Knobs (environment): KUBE_ASSETS (default bin/k8s/<ver>-linux-amd64), PAUSE_IMAGE_TAR (default:
+# POD_NETWORK=1: a cluster with a pod network, as most users run one, that still leaves the host as it was.
+# Everything networked of the cluster lives in a network namespace of its own, unnamed, held by a process
+# (`unshare --net -- sleep infinity`, component "netns"): etcd, kube-apiserver, KCM, scheduler, containerd, the
+# kubelet and kube-proxy run in it (nsenter --net); when down.sh has stopped them and the holder, the namespace and
+# everything in it are gone. In it:
+#   - the node's address 10.250.0.1/32 on the namespace's lo (this kernel has no dummy driver; lo is always up):
+#     the node is named 10.250.0.1 (--hostname-override, --node-ip), the API server binds and advertises it, so
+#     its endpoint reconciler gives the kubernetes Service (10.96.0.1, Service range 10.96.0.0/24) its endpoint
+#     10.250.0.1:6443; the components use the usual ports (6443, 2379, 10250, ...), nobody else's there;
+#   - the pods' bridge cni0 with 10.244.0.1/24 (created here; the bridge plugin with host-local addresses of
+#     10.244.0.0/24 attaches each pod's veth to it, no ipMasq), a route of the Service range via cni0 (so the
+#     namespace's own processes can open connections to ClusterIPs), net.ipv4.ip_forward=1;
+#   - kube-proxy (built from Go modules by CLUSTER=1 hack/build-controlplane.sh) in iptables mode (iptables-nft),
+#     its rules and the sysctls it sets (route_localnet) in the namespace only; conntrack maxPerCore 0 / min 0 and
+#     the timeouts 0, so it writes none of the nf_conntrack sysctls. Bridged pod-to-pod Service traffic goes through
+#     iptables because bridge-nf-call-iptables is 1 in the namespace (br_netfilter is built into this kernel and
+#     per namespace; up.sh checks, never writes it);
+#   - the namespace has no interface but lo, cni0 and the pods' veths: nothing in it can reach the host or another
+#     machine. Pods get no name server (kubelet resolvConf ""): the cluster runs no DNS, use ClusterIPs.
+# The host reaches the API server through test/cmd/netns-forward (component "apiserver-forward", built into
+# bin/cluster here): it listens on the host's 127.0.0.1:<free port> (APISERVER_PORT of cluster.env, the
+# admin.kubeconfig's server) and dials 10.250.0.1:6443 from a thread that joined the namespace (setns), so
+# kubectl, helm and client-go on the host work as with the loopback cluster. To reach ClusterIPs and pod
+# addresses, run a command in the namespace: `nsenter --net=$NETNS curl ...` (NETNS of cluster.env). up.sh records
+# the host network namespace's addresses, routes, nftables ruleset and network sysctls (host-network.before);
+# down.sh fails if they changed. The mount namespace, cgroup root and host paths are as without a pod network.
+#
+# Knobs (environment): POD_NETWORK (above, default 0), KUBE_ASSETS (default bin/k8s/<ver>-linux-amd64), PAUSE_IMAGE_TAR (default:
 # built by pause-image.sh), READY_TIMEOUT (seconds, default 120), LOG_V (kubelet/KCM verbosity),
 # MAX_REQUESTS_INFLIGHT and MAX_MUTATING_REQUESTS_INFLIGHT (the API server's
 # --max-requests-inflight and --max-mutating-requests-inflight, default 400 and 200 as upstream: their
