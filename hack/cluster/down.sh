@@ -69,9 +69,9 @@ fi
 stop_components kube-apiserver kube-apiserver
 stop_components etcd etcd
 stop_components "the API server's forwarder" apiserver-forward
+stop_components "the network namespace's holder" netns
 netns=$(cat "${S}/node-netns" 2>/dev/null || true)
 if [[ -n "${netns}" ]]; then
-  stop_components "the network namespace's holder" netns
   mapfile -t rest < <(netns_pids "${netns}")
   ((${#rest[@]} == 0)) || stop_pids "processes left in the cluster's network namespace" "${STOP_TIMEOUT}" "${rest[@]}" || failed=1
 fi

@@ -189,7 +189,8 @@ if [[ "${POD_NETWORK}" == 1 ]]; then
   # An unnamed namespace, held by a process of its own (the first to start, the last down.sh stops).
   start_component "${S}" netns unshare --net -- sleep infinity
   netns_pid=$(cut -d" " -f1 "${S}/pids/netns")
-  wait_for "the network namespace" 10 test "$(readlink "/proc/${netns_pid}/ns/net")" != "$(readlink /proc/self/ns/net)"
+  netns_created() { [[ "$(readlink "/proc/${netns_pid}/ns/net")" != "$(readlink /proc/self/ns/net)" ]]; }
+  wait_for "the network namespace" 10 netns_created
   readlink "/proc/${netns_pid}/ns/net" >"${S}/node-netns"
   in_netns=(nsenter --net="/proc/${netns_pid}/ns/net" --)
   # The node's address on the namespace's lo (no dummy driver on this kernel; lo is always up), the pods' bridge
