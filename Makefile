@@ -81,23 +81,23 @@ controlplane: ## Build etcd, kube-apiserver and kubectl from Go modules into bin
 	@hack/build-controlplane.sh >/dev/null
 
 .PHONY: cluster-binaries
-cluster-binaries: ## Build kubelet, kube-controller-manager and kube-scheduler too (CLUSTER=1) into bin/k8s (skipped when present).
+cluster-binaries: ## Build kubelet, kube-controller-manager, kube-scheduler and kube-proxy too (CLUSTER=1) into bin/k8s (skipped when present).
 	@CLUSTER=1 hack/build-controlplane.sh >/dev/null
 
 .PHONY: test-cluster
-test-cluster: ## Run the real-cluster suite (test/cluster): a single-node cluster on 127.0.0.1, the image and the Helm chart installed as users do (root; containerd, runc, CNI plugins).
-	@hack/cluster/up.sh --check
+test-cluster: ## Run the real-cluster suites: test/cluster (a single-node cluster on 127.0.0.1, the image and the Helm chart installed as users do), then test/podnet (the chart's defaults on a cluster with a pod network, in a network namespace of its own) (root; containerd, runc, CNI plugins).
+	@POD_NETWORK=1 hack/cluster/up.sh --check
 	@$(MAKE) --no-print-directory cluster-binaries image helm
 	go build -o bin/kubectl-actionledger ./cmd/kubectl-actionledger
 	cd hack/image && go build -o ../../bin/registry ./registry
 	ACTIONLEDGER_CLUSTER=1 KUBE_ASSETS="$(ASSETS_DIR)" ACTIONLEDGER_IMAGE_TAR="$(IMAGE_TAR)" ACTIONLEDGER_IMAGE="$(IMAGE_NAME)" \
-		go test ./test/cluster/ -count=1 -v -timeout 30m $(GO_TEST_FLAGS)
+		go test ./test/cluster/ ./test/podnet/ -p 1 -count=1 -v -timeout 30m $(GO_TEST_FLAGS)
 
 # CLUSTER_DIR is the state dir of cluster-up/cluster-down (everything of that cluster lives in it).
 CLUSTER_DIR ?= /tmp/actionledger-cluster
 
 .PHONY: cluster-up
-cluster-up: ## Start the single-node cluster in CLUSTER_DIR; then export KUBECONFIG=$(CLUSTER_DIR)/admin.kubeconfig.
+cluster-up: ## Start the single-node cluster in CLUSTER_DIR (POD_NETWORK=1: with a pod network and kube-proxy in a network namespace of its own); then export KUBECONFIG=$(CLUSTER_DIR)/admin.kubeconfig.
 	@hack/cluster/up.sh --check
 	@$(MAKE) --no-print-directory cluster-binaries
 	KUBE_ASSETS="$(ASSETS_DIR)" hack/cluster/up.sh "$(CLUSTER_DIR)"

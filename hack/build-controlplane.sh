@@ -6,8 +6,9 @@
 # byte here comes from the Go module proxy instead. The tools live in modules of their own
 # (hack/controlplane/kube, hack/controlplane/etcd) so the operator's go.mod stays small.
 #
-# CLUSTER=1 also builds kubelet, kube-controller-manager and kube-scheduler (same module, same
-# flags) for the real single-node cluster of hack/cluster (make test-cluster); the default builds
+# CLUSTER=1 also builds kubelet, kube-controller-manager, kube-scheduler and kube-proxy (same module, same
+# flags) for the real single-node cluster of hack/cluster (make test-cluster; kube-proxy for its
+# POD_NETWORK=1 mode); the default builds
 # only what envtest needs, so make test does not pay for them.
 #
 # Idempotent: when every wanted binary exists it prints their path and exits. Concurrent runs
@@ -26,7 +27,7 @@ log() { echo "build-controlplane: $*" >&2; }
 
 kube_cmds=(kube-apiserver kubectl)
 if [[ "${CLUSTER:-0}" == 1 ]]; then
-  kube_cmds+=(kube-scheduler kube-controller-manager kubelet)
+  kube_cmds+=(kube-scheduler kube-controller-manager kubelet kube-proxy)
 fi
 
 all_present() {

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # down.sh <statedir> stops the cluster up.sh started there and removes what up.sh created:
-#   1. the kubelet, kube-scheduler and kube-controller-manager (by PID: SIGTERM, SIGKILL after
-#      STOP_TIMEOUT seconds, default 5);
+#   1. the kubelet, kube-proxy, kube-scheduler and kube-controller-manager (by PID: SIGTERM, SIGKILL
+#      after STOP_TIMEOUT seconds, default 5);
 #   2. every process in the cluster's cgroup root (the pods' containers), then containerd, then
 #      every process left in containerd's mount namespace (the runc shims): the namespace, and
 #      with it every mount containerd, runc and the kubelet made, is gone when its last process is;
-#   3. kube-apiserver, then etcd;
+#   3. kube-apiserver, then etcd; with POD_NETWORK=1 then the API server's forwarder and the process
+#      holding the cluster's network namespace (the namespace, its bridge, addresses, routes and
+#      kube-proxy's rules go with its last process);
 #   4. the cgroup root in every hierarchy, the host directories listed in created-paths (rmdir,
 #      innermost first: a directory that is not empty stays, and down.sh fails), then the state dir.
-# It checks that the host sysctls the kubelet rewrites still hold the values up.sh recorded, that
-# no process of the cluster is left and that nothing under the state dir is mounted; it exits
+# It checks that the host sysctls the kubelet rewrites still hold the values up.sh recorded (with
+# POD_NETWORK=1 also the host network namespace's addresses, routes, nftables ruleset and network
+# sysctls), that no process of the cluster is left and that nothing under the state dir is mounted; it exits
 # non-zero when a check fails. A state dir without up.sh's marker file is never touched.
 # KEEP_STATE=1 keeps the state dir (logs) after stopping.
 set -euo pipefail
@@ -44,7 +47,7 @@ stop_components() {
   ((${#list[@]} == 0)) || stop_pids "${what}" "${STOP_TIMEOUT}" "${list[@]}" || failed=1
 }
 
-stop_components "kubelet, scheduler, controller manager" kubelet kube-scheduler kube-controller-manager
+stop_components "kubelet, kube-proxy, scheduler, controller manager" kubelet kube-proxy kube-scheduler kube-controller-manager
 
 cgroup_root=$(cat "${S}/cgroup-root" 2>/dev/null || true)
 if [[ -n "${cgroup_root}" ]]; then
@@ -65,6 +68,13 @@ fi
 
 stop_components kube-apiserver kube-apiserver
 stop_components etcd etcd
+stop_components "the API server's forwarder" apiserver-forward
+stop_components "the network namespace's holder" netns
+netns=$(cat "${S}/node-netns" 2>/dev/null || true)
+if [[ -n "${netns}" ]]; then
+  mapfile -t rest < <(netns_pids "${netns}")
+  ((${#rest[@]} == 0)) || stop_pids "processes left in the cluster's network namespace" "${STOP_TIMEOUT}" "${rest[@]}" || failed=1
+fi
 t_stopped=$(elapsed "${start_time}")
 
 # Checks and removal of what up.sh created.
@@ -91,6 +101,16 @@ if [[ -f "${S}/created-paths" ]]; then
       failed=1
     }
   done < <(tac "${S}/created-paths")
+fi
+if [[ -n "${netns}" && -n "$(netns_pids "${netns}")" ]]; then
+  log "processes are left in the cluster's network namespace ${netns}: $(netns_pids "${netns}" | tr '\n' ' ')"
+  failed=1
+fi
+if [[ -f "${S}/host-network.before" ]]; then
+  if ! diff "${S}/host-network.before" <(record_host_network) >"${S}/host-network.diff"; then
+    log "the host's network namespace changed (addresses, routes, nftables ruleset or sysctls): $(tr '\n' ' ' <"${S}/host-network.diff")"
+    failed=1
+  fi
 fi
 if [[ -f "${S}/sysctl.before" ]]; then
   if ! diff <(record_sysctls) "${S}/sysctl.before" >/dev/null; then

@@ -36,6 +36,14 @@ check_prerequisites() {
   for b in openssl unshare nsenter setsid ss awk; do
     command -v "${b}" >/dev/null 2>&1 || die "missing ${b} (Debian packages: openssl, util-linux, iproute2, gawk)"
   done
+  if [[ "${POD_NETWORK:-0}" == 1 ]]; then
+    for b in ip iptables-save iptables-restore nft; do
+      command -v "${b}" >/dev/null 2>&1 || die "missing ${b} for POD_NETWORK=1 (Debian packages: iproute2, iptables, nftables)"
+    done
+    for b in bridge host-local; do
+      [[ -x "${CNI_BIN_DIR}/${b}" ]] || die "missing the CNI plugin ${CNI_BIN_DIR}/${b}; install it with: ${APT_HINT}"
+    done
+  fi
 }
 
 # record_sysctls prints "name value" for every entry of SYSCTLS, as the host has them now.
@@ -186,11 +194,11 @@ print_log_tails() {
   done
 }
 
-# make_pki <dir> <node name>: a CA, serving certificates for the API server and the kubelet, client
-# certificates for admin (system:masters), the kubelet (system:node:<node>), the API server's
-# kubelet client, the controller manager and the scheduler, and the service-account key pair.
+# make_pki <dir> <node name> [more API server SANs]: a CA, serving certificates for the API server and the
+# kubelet, client certificates for admin (system:masters), the kubelet (system:node:<node>), the API server's
+# kubelet client, the controller manager, the scheduler and kube-proxy, and the service-account key pair.
 make_pki() {
-  local d=$1 node=$2
+  local d=$1 node=$2 more_sans=${3:+,$3}
   (
     umask 077
     openssl ecparam -name prime256v1 -genkey -noout -out "${d}/ca.key"
@@ -198,13 +206,14 @@ make_pki() {
       -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
       -out "${d}/ca.crt"
     issue "${d}" apiserver "/CN=kube-apiserver" serverAuth \
-      "IP:127.0.0.1,IP:127.0.100.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+      "IP:127.0.0.1,IP:127.0.100.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local${more_sans}"
     issue "${d}" kubelet-serving "/CN=${node}" serverAuth "IP:${node}"
     issue "${d}" admin "/O=system:masters/CN=actionledger-admin" clientAuth
     issue "${d}" kubelet "/O=system:nodes/CN=system:node:${node}" clientAuth
     issue "${d}" apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client" clientAuth
     issue "${d}" kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
     issue "${d}" kube-scheduler "/CN=system:kube-scheduler" clientAuth
+    issue "${d}" kube-proxy "/CN=system:kube-proxy" clientAuth
     openssl ecparam -name prime256v1 -genkey -noout -out "${d}/sa.key"
     openssl ec -in "${d}/sa.key" -pubout -out "${d}/sa.pub" 2>/dev/null
   )
@@ -321,13 +330,86 @@ write_cni_conflist() {
 EOF
 }
 
-# write_kubelet_config <statedir> <port> <healthz port> <cgroup root>
+# write_cni_bridge_conflist <dir> <subnet> <state dir>: the pod network of POD_NETWORK=1, the bridge plugin on
+# cni0 (up.sh creates it, with the gateway address, in the cluster's network namespace) with host-local addresses
+# of <subnet>, their allocations under <state dir>/cni/ipam. No ipMasq: nothing is routed out of the namespace.
+write_cni_bridge_conflist() {
+  cat >"$1/10-bridge.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "actionledger-pods",
+  "plugins": [{
+    "type": "bridge",
+    "bridge": "cni0",
+    "isGateway": true,
+    "ipMasq": false,
+    "hairpinMode": true,
+    "ipam": {
+      "type": "host-local",
+      "ranges": [[{"subnet": "$2"}]],
+      "routes": [{"dst": "0.0.0.0/0"}],
+      "dataDir": "$3/cni/ipam"
+    }
+  }]
+}
+EOF
+}
+
+# write_kube_proxy_config <statedir> <node name> <cluster CIDR>: kube-proxy (iptables mode, upstream's default on
+# Linux) in the cluster's network namespace. The conntrack settings are 0 so that it writes none of the
+# net.netfilter.nf_conntrack_* sysctls (nf_conntrack_max and the hash size are the host's, not the namespace's).
+write_kube_proxy_config() {
+  local dir=$1 node=$2 cidr=$3
+  cat >"${dir}/kube-proxy-config.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: ${dir}/kube-proxy.kubeconfig
+hostnameOverride: ${node}
+clusterCIDR: ${cidr}
+mode: iptables
+bindAddress: ${node}
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: [primary]
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+EOF
+}
+
+# HOST_NET_SYSCTLS are host network sysctls a pod network or kube-proxy would set if it ran in the host's network
+# namespace; with POD_NETWORK=1 up.sh records them and down.sh checks that they did not change.
+HOST_NET_SYSCTLS=(net/ipv4/ip_forward net/ipv4/conf/all/route_localnet net/netfilter/nf_conntrack_max net/bridge/bridge-nf-call-iptables)
+
+# record_host_network prints the state of the host's network namespace that POD_NETWORK=1 must leave as it was:
+# its addresses, routes, the nftables ruleset (iptables-nft's rules too; -s: without counters) and
+# HOST_NET_SYSCTLS. Run it in the host's network namespace.
+record_host_network() {
+  local f
+  ip -o addr show | awk '{ print $2, $3, $4 }'
+  ip route show table all
+  nft -s list ruleset 2>&1
+  for f in "${HOST_NET_SYSCTLS[@]}"; do
+    echo "${f} $(cat "/proc/sys/${f}" 2>/dev/null)"
+  done
+}
+
+# netns_pids <ns> prints the PIDs of the processes in network namespace <ns> (as readlink /proc/<pid>/ns/net
+# prints it).
+netns_pids() { ns_pids net "$1"; }
+
+# write_kubelet_config <statedir> <port> <healthz port> <cgroup root> [address] [more yaml]
 write_kubelet_config() {
-  local dir=$1 port=$2 healthz=$3 cgroot=$4
+  local dir=$1 port=$2 healthz=$3 cgroot=$4 address=${5:-127.0.0.1} more=${6:-}
   cat >"${dir}/kubelet-config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: ${address}
 port: ${port}
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -362,6 +444,7 @@ evictionHard:
 makeIPTablesUtilChains: false
 serializeImagePulls: false
 clusterDomain: cluster.local
+${more}
 EOF
 }
 
@@ -406,10 +489,11 @@ still_alive() {
 
 # mntns_pids <ns> prints the PIDs of the processes in mount namespace <ns> (as readlink
 # /proc/<pid>/ns/mnt prints it).
-mntns_pids() {
-  local p
-  for p in /proc/[0-9]*; do
-    [[ "$(readlink "${p}/ns/mnt" 2>/dev/null)" == "$1" ]] && echo "${p#/proc/}"
-  done
-  return 0
+mntns_pids() { ns_pids mnt "$1"; }
+
+# ns_pids <type> <ns> prints the PIDs of the processes whose /proc/<pid>/ns/<type> links to <ns> (one stat for
+# all: a readlink per process takes seconds on a busy machine).
+ns_pids() {
+  stat -c '%N' /proc/[0-9]*/ns/"$1" 2>/dev/null |
+    awk -v want="'$2'" '$3 == want { split($1, p, "/"); print p[3] }' || true
 }

@@ -10,7 +10,9 @@
 // a non-root run says it must run as root.
 //
 // Pods on this cluster must use hostNetwork (there is no pod network) and a locally imported image
-// (ImportImage); nothing is ever pulled.
+// (ImportImage); nothing is ever pulled. With Options.Env holding POD_NETWORK=1 (test/podnet) the cluster has a pod
+// network and kube-proxy in a network namespace of its own instead; Env["NETNS"] is that namespace, for
+// `nsenter --net=` (ClusterIPs and pod addresses are routed there only).
 package clusterenv
 
 import (
