@@ -37,8 +37,8 @@ check_prerequisites() {
     command -v "${b}" >/dev/null 2>&1 || die "missing ${b} (Debian packages: openssl, util-linux, iproute2, gawk)"
   done
   if [[ "${POD_NETWORK:-0}" == 1 ]]; then
-    for b in ip iptables-save iptables-restore nft; do
-      command -v "${b}" >/dev/null 2>&1 || die "missing ${b} for POD_NETWORK=1 (Debian packages: iproute2, iptables, nftables)"
+    for b in ip iptables-save iptables-restore nft curl; do
+      command -v "${b}" >/dev/null 2>&1 || die "missing ${b} for POD_NETWORK=1 (Debian packages: iproute2, iptables, nftables, curl)"
     done
     for b in bridge host-local; do
       [[ -x "${CNI_BIN_DIR}/${b}" ]] || die "missing the CNI plugin ${CNI_BIN_DIR}/${b}; install it with: ${APT_HINT}"
