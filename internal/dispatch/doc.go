@@ -41,6 +41,14 @@
 // destinations: a tenant with sixteen Destinations of its own, saturated, holds no more of a freed pool than
 // a tenant with one (DESIGN rule 13; the same order serves one destination's queue).
 //
+// Options.Budget, when set, is the process's byte budget (internal/membudget): a job starts only when its Bytes
+// (what its send will hold) fit, taken before Run and given back when it returns, so a send that cannot get its
+// bytes waits in its queue before it is sent, never fails after (one still waiting at its StartBy is handed back
+// not started). Bytes given back by anyone (a decoder's window) start the jobs that waited for them. With the
+// budget the namespace served first is the one with the smallest dominant share, the larger of its part of the
+// global pool and its part of the budget (dominant resource fairness, Ghodsi et al., NSDI 2011), so a tenant whose
+// sends hold large bodies does not take another's turn.
+//
 // # Shutdown and leadership
 //
 // Dispatcher is a manager.Runnable that needs leader election. When the context given to Start is done
