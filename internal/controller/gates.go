@@ -175,11 +175,16 @@ func (a *active) fingerprint(context.Context) *wait {
 	return nil
 }
 
-// destination resolves the action's destination (no Secret is read yet) and checks its validator's verdict.
+// destination resolves the action's destination (no Secret is read yet) and checks its validator's verdict and
+// its post-check's expressions (a destination whose reconciliation expressions are refused holds its actions
+// before anything is sent).
 func (a *active) destination(ctx context.Context) *wait {
 	dest, err := a.r.parts.resolver.Resolve(ctx, a.xa)
 	if err == nil {
 		err = dest.NotReady()
+	}
+	if err == nil {
+		err = dest.CheckReconciliation(func(src string) error { _, cerr := a.r.Exprs.Get(src); return cerr })
 	}
 	if err != nil {
 		return a.unusable(err)

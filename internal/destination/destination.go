@@ -304,6 +304,25 @@ func (rd *Resolved) NotReady() error {
 	return &destinationNotReady{id: rd.ID, reason: c.Reason, message: c.Message}
 }
 
+// CheckReconciliation compiles rd's spec.reconciliation.applied and notApplied with compile (the manager's
+// expression cache, as the destination's validator does), so that an action is held before anything is sent
+// while its destination's post-check could not be evaluated: an expression refused at compile (too expensive, a
+// matches pattern that is not a literal) makes the destination unusable (reason DestinationNotReady) until the
+// destination is changed, which wakes its actions. nil without spec.reconciliation.
+func (rd *Resolved) CheckReconciliation(compile func(src string) error) error {
+	rc := rd.Spec.Reconciliation
+	if rc == nil {
+		return nil
+	}
+	for _, e := range []struct{ field, src string }{{"applied", rc.Applied}, {"notApplied", rc.NotApplied}} {
+		if err := compile(e.src); err != nil {
+			return &destinationNotReady{id: rd.ID, reason: actionsv1alpha1.ReasonDestinationNotReady,
+				message: fmt.Sprintf("spec.reconciliation.%s: %v", e.field, err)}
+		}
+	}
+	return nil
+}
+
 // LoadCredentials reads the Secrets that rd names (auth headers and TLS material) into rd. It is called
 // only right before a request is sent: resolution alone never reads a Secret. A Destination reads Secrets
 // only in its own namespace, with the rights r.Tenants gives it (a ServiceAccount of that namespace); a
