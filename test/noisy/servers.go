@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,9 @@ type Servers struct {
 	// chunks over TrickleTime.
 	Trickle string
 
+	// RefusedRequests counts the requests under /refused; RefusedSeen names them (method and path).
 	RefusedRequests atomic.Int64
+	refusedSeen     []string
 	// Requests counts every request by server: ascii, invalid, zstd, brotli, trickle.
 	mu       sync.Mutex
 	requests map[string]int
@@ -110,6 +113,13 @@ func (s *Servers) Counts() (requests, maxOpen map[string]int) {
 	return maps.Clone(s.requests), maps.Clone(s.maxOpen)
 }
 
+// RefusedSeen names the requests under /refused (method and path).
+func (s *Servers) RefusedSeen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.refusedSeen)
+}
+
 // WaitBurst waits until every server has received team-a's burst (the predicate bodies sent, the stalls and
 // trickles at their maxInFlight once), at most timeout, and describes the counts then.
 func (s *Servers) WaitBurst(l Load, timeout time.Duration) string {
@@ -128,6 +138,9 @@ func (s *Servers) fixed(body string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/refused") {
 			s.RefusedRequests.Add(1)
+			s.mu.Lock()
+			s.refusedSeen = append(s.refusedSeen, r.Method+" "+r.URL.Path)
+			s.mu.Unlock()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
