@@ -120,13 +120,14 @@ func (s *Servers) RefusedSeen() []string {
 	return slices.Clone(s.refusedSeen)
 }
 
-// WaitBurst waits until every server has received team-a's burst (the predicate bodies sent, the stalls and
-// trickles at their maxInFlight once), at most timeout, and describes the counts then.
+// WaitBurst waits until team-a is in full swing (a quarter of each predicate burst answered, every answer judged
+// by a worst admitted predicate, so the slots are full; the stalls and trickles at their maxInFlight), at most
+// timeout, and describes the counts then.
 func (s *Servers) WaitBurst(l Load, timeout time.Duration) string {
 	deadline := time.Now().Add(timeout)
 	for {
 		req, open := s.Counts()
-		if (req["ascii"] >= l.PredicateBurst && req["invalid"] >= l.PredicateBurst && req["zstd"] >= l.Stalls &&
+		if (req["ascii"] >= l.PredicateBurst/4 && req["invalid"] >= l.PredicateBurst/4 && req["zstd"] >= l.Stalls &&
 			req["brotli"] >= l.Stalls && req["trickle"] >= l.Trickles) || time.Now().After(deadline) {
 			return fmt.Sprintf("requests %v, most at once %v", req, open)
 		}
