@@ -49,6 +49,7 @@ type TeamA struct {
 	Srv  *Servers
 	cl   client.Client
 
+	late                bool // the action on the refused Destination is created
 	created, createErrs atomic.Int64
 	lastErr             atomic.Value
 	cancel              context.CancelFunc
@@ -66,6 +67,8 @@ const (
 	destRefused = "refused" // its reconciliation.applied is refused: never Ready
 	// RefusedPrefix starts the names of the refused actions.
 	RefusedPrefix = "refused-"
+	// LateName is the action created on the refused Destination once it is seen refused.
+	LateName = RefusedPrefix + "late"
 )
 
 // SetUp creates team-a's Destinations in ns and the actions of the Refused shapes.
@@ -150,7 +153,8 @@ func action(ns, name, dest string) *actionsv1alpha1.ExternalAction {
 
 // Refusals waits up to timeout for every refused shape to be refused, and returns what it found: each refused
 // action Failed with reason InvalidSpec and a message naming its field and the compiler's error, nothing attempted;
-// the refused Destination not Ready with its message; no request at their destinations. problems lists what was not so.
+// the refused Destination not Ready with its message, and an action created on it once it is (LateName) not sent;
+// no request at their destinations. problems lists what was not so.
 func (a *TeamA) Refusals(ctx context.Context, timeout time.Duration) (refused int, messages, problems []string) {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -185,6 +189,19 @@ func (a *TeamA) refusals(ctx context.Context) (refused int, messages, problems [
 					destRefused, s.Name, c, want))
 				continue
 			}
+			if !a.late {
+				late := action(a.NS, LateName, destRefused)
+				late.Spec.Request.Path = "/" + LateName
+				if err := a.cl.Create(ctx, late); err != nil {
+					problems = append(problems, err.Error())
+					continue
+				}
+				a.late = true
+			}
+			if p := a.unsent(ctx, LateName); p != "" {
+				problems = append(problems, p)
+				continue
+			}
 			refused++
 			messages = append(messages, "Destination: "+c.Message)
 			continue
@@ -209,10 +226,26 @@ func (a *TeamA) refusals(ctx context.Context) (refused int, messages, problems [
 	return refused, messages, problems
 }
 
-// Unsent checks, later, that nothing was sent for the refused shapes: no request under /refused. It returns what
-// was not so.
-func (a *TeamA) Unsent(context.Context) []string {
+// unsent describes the action name on the refused Destination if anything was sent for it ("": nothing).
+func (a *TeamA) unsent(ctx context.Context, name string) string {
+	xa := &actionsv1alpha1.ExternalAction{}
+	if err := a.cl.Get(ctx, client.ObjectKey{Namespace: a.NS, Name: name}, xa); err != nil {
+		return err.Error()
+	}
+	if xa.Status.Attempts != 0 || xa.Status.Phase.Terminal() {
+		return fmt.Sprintf("%s, on Destination %s whose reconciliation.applied is refused: phase %s, attempts %d, "+
+			"lastError %q; want nothing sent", name, destRefused, xa.Status.Phase, xa.Status.Attempts, xa.Status.LastError)
+	}
+	return ""
+}
+
+// Unsent checks, later, that nothing was sent for the refused shapes: no request under /refused, and the action
+// on the refused Destination not attempted. It returns what was not so.
+func (a *TeamA) Unsent(ctx context.Context) []string {
 	var problems []string
+	if p := a.unsent(ctx, LateName); p != "" {
+		problems = append(problems, p)
+	}
 	if n := a.Srv.RefusedRequests.Load(); n != 0 {
 		problems = append(problems, fmt.Sprintf("the refused shapes' destinations received %d requests, want 0: %v",
 			n, a.Srv.RefusedSeen()))
