@@ -29,7 +29,8 @@ import (
 // the product runs as system:masters) and shows on it, in order: the samples, `kubectl actionledger why` and
 // the gateway with a ServiceAccount token, the probes and the read-only root filesystem, garbage collection of
 // an output Secret, a rollout restart and a forced deletion of the leader under 200 unsafe actions in flight,
-// the chart's FlowSchema under a flood of creates, and the manager's peak memory. Every figure is logged on one
+// the chart's FlowSchema under a flood of creates, a noisy neighbour beside another tenant (issue 40), and the
+// manager's peak memory. Every figure is logged on one
 // line starting with "cluster: ".
 func TestInstalledProduct(t *testing.T) {
 	c := clusterenv.Require(t)
@@ -55,6 +56,7 @@ func TestInstalledProduct(t *testing.T) {
 		{"FlowSchemaKeepsTheManagerServed", testPriorityAndFairness},
 		{"OutputSecretCollectedLater", testOutputCollectedLater},
 		{"NoWriteRefusedAndNoRequestForbidden", func(t *testing.T, p *product) { p.checkLogs(t) }},
+		{"NoisyNeighbourUnderTheMemoryLimit", testNoisyNeighbour},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.fn(t, p) }) && strings.HasPrefix(s.name, "Sample") {
