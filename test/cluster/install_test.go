@@ -268,25 +268,7 @@ func (p *product) serviceAccountToken(t *testing.T, ns, sa string) string {
 // tokenKubeconfig writes a kubeconfig that authenticates with token, for tools run as that identity.
 func (p *product) tokenKubeconfig(t *testing.T, name, ns, token string) string {
 	t.Helper()
-	ca := p.c.Config.CAData
-	if len(ca) == 0 {
-		data, err := os.ReadFile(p.c.Config.CAFile)
-		if err != nil {
-			t.Fatalf("reading the cluster CA: %v", err)
-		}
-		ca = data
-	}
-	caFile := filepath.Join(p.dir, "cluster-ca.crt")
-	writeFile(t, caFile, string(ca))
-	path := filepath.Join(p.dir, name+".kubeconfig")
-	writeFile(t, path, fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: %q, certificate-authority: %q}}]
-users: [{name: u, user: {token: %q}}]
-contexts: [{name: c, context: {cluster: c, user: u, namespace: %q}}]
-current-context: c
-`, p.c.Config.Host, caFile, token, ns))
-	return path
+	return p.c.TokenKubeconfig(t, p.dir, name, ns, token)
 }
 
 // startDestination runs a recording destination (test/destination) on a free port of 127.0.0.1, the address

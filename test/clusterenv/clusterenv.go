@@ -327,3 +327,32 @@ func Require(t testing.TB) *Cluster {
 	})
 	return c
 }
+
+// TokenKubeconfig writes dir/<name>.kubeconfig, which reaches c's API server as the bearer token token in
+// namespace ns (for kubectl or helm run as that identity), with the cluster's CA beside it; it returns its path.
+func (c *Cluster) TokenKubeconfig(t testing.TB, dir, name, ns, token string) string {
+	t.Helper()
+	ca := c.Config.CAData
+	if len(ca) == 0 {
+		data, err := os.ReadFile(c.Config.CAFile)
+		if err != nil {
+			t.Fatalf("reading the cluster CA: %v", err)
+		}
+		ca = data
+	}
+	caFile := filepath.Join(dir, "cluster-ca.crt")
+	path := filepath.Join(dir, name+".kubeconfig")
+	kubeconfig := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, certificate-authority: %q}}]
+users: [{name: u, user: {token: %q}}]
+contexts: [{name: c, context: {cluster: c, user: u, namespace: %q}}]
+current-context: c
+`, c.Config.Host, caFile, token, ns)
+	for f, data := range map[string][]byte{caFile: ca, path: []byte(kubeconfig)} {
+		if err := os.WriteFile(f, data, 0o600); err != nil {
+			t.Fatalf("writing %s: %v", f, err)
+		}
+	}
+	return path
+}

@@ -377,28 +377,10 @@ func (e *env) namespace(t *testing.T, prefix string) string {
 	return ns.Name
 }
 
-// tokenKubeconfig writes a kubeconfig that authenticates with a token.
+// tokenKubeconfig writes a kubeconfig that authenticates with token, for tools run as that identity.
 func (e *env) tokenKubeconfig(t *testing.T, name, ns, token string) string {
 	t.Helper()
-	ca := e.c.Config.CAData
-	if len(ca) == 0 {
-		data, err := os.ReadFile(e.c.Config.CAFile)
-		if err != nil {
-			t.Fatalf("reading the cluster CA: %v", err)
-		}
-		ca = data
-	}
-	caFile := filepath.Join(e.dir, "cluster-ca.crt")
-	writeFile(t, caFile, string(ca))
-	path := filepath.Join(e.dir, name+".kubeconfig")
-	writeFile(t, path, fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: %q, certificate-authority: %q}}]
-users: [{name: u, user: {token: %q}}]
-contexts: [{name: c, context: {cluster: c, user: u, namespace: %q}}]
-current-context: c
-`, e.c.Config.Host, caFile, token, ns))
-	return path
+	return e.c.TokenKubeconfig(t, e.dir, name, ns, token)
 }
 
 // readmeInstall returns the arguments of the README's helm install with the chart's defaults (the line
