@@ -451,16 +451,11 @@ func TestOAuth2RefusedTokenPostCheckIsInconclusive(t *testing.T) {
 	env.StartManager(t, app.Options{})
 	ns := env.Namespace(t)
 	oauthDestination(t, ns, "orders", api.URL, te.URL+"/oauth2/token", 3)
-	d := &actionsv1alpha1.Destination{}
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "orders"}, d); err != nil {
-		t.Fatal(err)
-	}
-	d.Spec.Timeout = durationp(time.Second)
-	d.Spec.Reconciliation = &actionsv1alpha1.ReconciliationCheck{Path: "/effects?key={key}",
-		Applied: "response.statusCode == 200", NotApplied: "response.statusCode >= 400"}
-	if err := env.Client.Update(context.Background(), d); err != nil {
-		t.Fatal(err)
-	}
+	env.UpdateDestination(t, ns, "orders", func(d *actionsv1alpha1.Destination) {
+		d.Spec.Timeout = durationp(time.Second)
+		d.Spec.Reconciliation = &actionsv1alpha1.ReconciliationCheck{Path: "/effects?key={key}",
+			Applied: "response.statusCode == 200", NotApplied: "response.statusCode >= 400"}
+	})
 	env.Create(t, envtestutil.Action(ns, "pay", "orders", "/orders", `{"amount":100}`))
 	xa := env.WaitPhase(t, ns, "pay", actionsv1alpha1.PhaseSucceeded, 60*time.Second)
 	if posts.Load() != 1 || applied.Load() != 1 || checks.Load() < 2 {

@@ -3,13 +3,11 @@
 package controller_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/app"
@@ -43,14 +41,9 @@ func TestRefusedPostCheckExpressionHoldsTheActions(t *testing.T) {
 	if n := srv.Requests(ns + "/pay-1"); n != 0 {
 		t.Fatalf("%d request(s) sent for an action whose destination's post-check is refused; want 0", n)
 	}
-	d := &actionsv1alpha1.Destination{}
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "pay"}, d); err != nil {
-		t.Fatal(err)
-	}
-	d.Spec.Reconciliation.Applied = "response.statusCode == 200"
-	if err := env.Client.Update(context.Background(), d); err != nil {
-		t.Fatal(err)
-	}
+	env.UpdateDestination(t, ns, "pay", func(d *actionsv1alpha1.Destination) {
+		d.Spec.Reconciliation.Applied = "response.statusCode == 200"
+	})
 	env.WaitPhase(t, ns, "pay-1", actionsv1alpha1.PhaseSucceeded, 30*time.Second)
 	if n := srv.Requests(ns + "/pay-1"); n != 1 {
 		t.Errorf("%d request(s) after the Destination was fixed; want 1", n)
