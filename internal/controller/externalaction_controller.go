@@ -417,8 +417,11 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	workers := r.workers()
 	b := ctrl.NewControllerManagedBy(mgr).For(&actionsv1alpha1.ExternalAction{})
 	if isManagers {
-		// Outcomes handed back by the dispatcher wake their object (DESIGN rule 10).
+		// Outcomes handed back by the dispatcher wake their object (DESIGN rule 10), and so does the waiting room
+		// when a parked action's time comes (a token, the retry budget, a pause's end, the shard's share).
 		b = b.WatchesRawSource(source.Channel(md.outcomes, &handler.EnqueueRequestForObject{}))
+		clk, _ := r.Clock.(clock.WithDelayedExecution)
+		r.parts.room.Wakes(clk, func(nn types.NamespacedName) { md.wakeUp(nn) })
 	}
 	return b.
 		// spec.subject: a holder that finishes, is resolved or goes wakes the other actions on its subject.

@@ -326,12 +326,13 @@ func (a *active) near(ctx context.Context) *wait {
 // never by a quiet variant.
 func (a *active) far(ctx context.Context) *wait {
 	first := a.f.step.Kind != ledger.KindSend || a.f.step.Status.Claim.Attempt == 1
-	return holdWait(a, a.r.parts.passage.Far(ctx, a.f.dest, types.NamespacedName{Namespace: a.xa.Namespace, Name: a.xa.Name}, first, a.f.now))
+	return holdWait(a, a.r.parts.passage.Far(ctx, a.f.dest, types.NamespacedName{Namespace: a.xa.Namespace, Name: a.xa.Name}, first, a.f.now, a.f.env.Rand))
 }
 
 // holdWait is the wait of the passage's hold h (nil: none): an unusable destination for a Secret that could not
-// be read; a short internal wait for the shard's share; else a delay at the destination (quiet: a quiet variant
-// only waits it), its step written only when the hold is shown.
+// be read; else the action is parked in the destination's waiting room, which wakes it when its capacity comes
+// (send.Passage), and the wait's requeue is only the hold's safety net (a quiet variant only waits it; a short
+// internal wait for the shard's share is never written), its step written only when the hold is shown.
 func holdWait(a *active, h *send.Hold) *wait {
 	switch {
 	case h == nil:
@@ -342,14 +343,8 @@ func holdWait(a *active, h *send.Hold) *wait {
 		return &wait{after: h.After}
 	}
 	out := &wait{destID: a.f.dest.ID, after: h.After, quiet: h.After}
-	if !h.Until.IsZero() {
-		out.quiet = h.Until.Sub(a.f.now)
-	}
 	if h.Shown {
 		out.step = ledger.Delayed(&a.xa.Status, h.Reason, h.Message, h.Until, a.f.env)
-		if !h.Until.IsZero() {
-			out.after = 0 // the step's At: the limiter's time
-		}
 	}
 	return out
 }

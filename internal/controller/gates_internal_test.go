@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +34,21 @@ import (
 type heldDispatcher struct {
 	room bool
 	jobs []dispatch.Job[*send.Result]
+	// woken are the keys the waiting room woke (the manager's dispatcher would enqueue them).
+	mu    sync.Mutex
+	woken []types.NamespacedName
+}
+
+func (d *heldDispatcher) wake(nn types.NamespacedName) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.woken = append(d.woken, nn)
+}
+
+func (d *heldDispatcher) wokenKeys() []types.NamespacedName {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.woken)
 }
 
 func (d *heldDispatcher) Submit(_ context.Context, job dispatch.Job[*send.Result]) error {
@@ -56,7 +73,9 @@ func reconcilingReason(xa *actionsv1alpha1.ExternalAction) string {
 // to the dispatcher, and the wait is counted (actionledger_delayed_total). A send records its delay
 // (ConcurrencyLimited, RateLimited) with no claim written; a post-check, quiet, keeps its own status
 // (PostCheckPending) and only waits. A rate-limit wait that ends within send.BriefWait is counted and waited by
-// every variant, and written by none. With room and a token, each is handed to the dispatcher once.
+// every variant, and written by none. A held action waits in the destination's waiting room: for a slot, or,
+// for a token, until the limiter's time, when the room wakes it; its requeue is only the safety net. With room
+// and a token, each is handed to the dispatcher once.
 func TestVariantsPassTheSameLimits(t *testing.T) {
 	now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	variants := []struct {
@@ -128,6 +147,9 @@ func TestVariantsPassTheSameLimits(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if l.reason == actionsv1alpha1.ReasonRateLimited {
+					wokenAtItsTime(t, r, d, client.ObjectKeyFromObject(xa), now, res)
+				}
 				got := &actionsv1alpha1.ExternalAction{}
 				if err := c.Get(context.Background(), client.ObjectKeyFromObject(xa), got); err != nil {
 					t.Fatal(err)
@@ -154,13 +176,12 @@ func TestVariantsPassTheSameLimits(t *testing.T) {
 					t.Errorf("result %+v: want a requeue", res)
 				}
 				if l.brief && !v.check { // a post-check's own step is checked below
-					limit := send.BriefWait
-					if l.reason == actionsv1alpha1.ReasonConcurrencyLimited {
-						limit = 3 * requeue.Room / 2 // the waiting room's safety net: a completion wakes it first
+					if !equality.Semantic.DeepEqual(got.Status, xa.Status) {
+						t.Errorf("held briefly by %s: status %+v; want the status as it was", l.reason, got.Status)
 					}
-					if !equality.Semantic.DeepEqual(got.Status, xa.Status) || res.RequeueAfter > limit {
-						t.Errorf("held briefly by %s: status %+v, requeue after %v; want the status as it was and a "+
-							"look again within send.BriefWait", l.reason, got.Status, res.RequeueAfter)
+					if l.reason == actionsv1alpha1.ReasonConcurrencyLimited && res.RequeueAfter >= 3*requeue.Room/2 {
+						t.Errorf("held briefly for a slot: requeue after %v, want the waiting room's safety net "+
+							"(requeue.Room, jittered): a completion wakes it first", res.RequeueAfter)
 					}
 					return
 				}
@@ -182,6 +203,37 @@ func TestVariantsPassTheSameLimits(t *testing.T) {
 			})
 		}
 	}
+}
+
+// wokenAtItsTime checks that the action key, held for a rate-limit token, waits in the destination's waiting room
+// until the limiter's time, later than now, that its requeue res is only the safety net (requeue.Room, jittered,
+// after that time), and that the room wakes it when the clock reaches that time, not before.
+func wokenAtItsTime(t *testing.T, r *ExternalActionReconciler, d *heldDispatcher, key types.NamespacedName, now time.Time,
+	res ctrl.Result) {
+	t.Helper()
+	until, ok := r.parts.room.Until(key)
+	if !ok || !until.After(now) {
+		t.Fatalf("held for a token: waiting room until %v (%v); want a time after now", until, ok)
+	}
+	if net := res.RequeueAfter - until.Sub(now); net < requeue.Room/2 || net >= 3*requeue.Room/2 {
+		t.Errorf("held for a token until +%v: requeue after %v; want only the safety net, requeue.Room (jittered) after it",
+			until.Sub(now), res.RequeueAfter)
+	}
+	clk := r.Clock.(*clocktesting.FakeClock)
+	clk.SetTime(until.Add(-time.Millisecond))
+	time.Sleep(20 * time.Millisecond) // a wake would run on a goroutine of its own
+	if w := d.wokenKeys(); len(w) != 0 {
+		t.Fatalf("woken %v before its time", w)
+	}
+	clk.SetTime(until)
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Equal(d.wokenKeys(), []types.NamespacedName{key}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("at its time the room woke %v; want %v", d.wokenKeys(), key)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clk.SetTime(now) // the rest of the case reads the fixture's time
 }
 
 // gateFixture is a reconciler on a fake client holding Destination shop/api (rate limit 1/s, burst 1; edit
@@ -218,9 +270,10 @@ func gateFixture(t *testing.T, now time.Time, edit func(*actionsv1alpha1.Destina
 	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&actionsv1alpha1.ExternalAction{}).
 		WithObjects(dest, xa).Build()
 	d := &heldDispatcher{room: room}
-	clk := clocktesting.NewFakePassiveClock(now)
+	clk := clocktesting.NewFakeClock(now)
 	r := &ExternalActionReconciler{Client: c, APIReader: c, Scheme: scheme, Recorder: events.NewFakeRecorder(100), Clock: clk,
 		Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16), Dispatcher: d, Options: Options{Holder: "test"}}
 	r.once.Do(r.build)
+	r.parts.room.Wakes(clk, d.wake)
 	return r, d, c, xa
 }

@@ -269,7 +269,7 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 	key := types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name}
 	h := m.Passage.Near(s.dest, key, env.Now, env.Rand)
 	if h == nil {
-		h = m.Passage.Far(ctx, s.dest, key, step.Status.Claim.Attempt == 1, env.Now)
+		h = m.Passage.Far(ctx, s.dest, key, step.Status.Claim.Attempt == 1, env.Now, env.Rand)
 	}
 	switch {
 	case h == nil:
@@ -306,8 +306,9 @@ func (m *Manager) claimAndSend(ctx context.Context, xa *actionsv1alpha1.External
 
 // wait records that the next delivery attempt waits for the sink (Delayed, reason ConcurrencyLimited,
 // RateLimited or RetryBudgetExhausted: written only when the hold is shown, as an attempt's is, and the reason
-// changes; never counted as a delivery outcome) and looks again when the passage says (a wait for room is woken
-// by a completion at the sink before that).
+// changes; never counted as a delivery outcome). The passage parked the action in the sink's waiting room, which
+// wakes it when the sink's capacity comes (a completion there, or the limiter's time); h.After is only the
+// safety net.
 func (m *Manager) wait(ctx context.Context, xa *actionsv1alpha1.ExternalAction, cur *actionsv1alpha1.DeadLetterStatus,
 	h *send.Hold) (ctrl.Result, bool, error) {
 	if step := Delayed(cur, h.Reason, h.Message); h.Reason != "" && h.Shown && step.Status != nil {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -529,24 +530,26 @@ func TestDeliveryExpiredClaimIsUncertain(t *testing.T) {
 }
 
 // What waits before the claim (the shard's share of the sink's limits, room in the dispatcher, the sink's rate
-// limit or Retry-After pause) sends nothing, spends no delivery attempt and counts no outcome; it looks again when
-// the wait ends. Only a wait for the sink's limits longer than send.BriefWait is written (reason RateLimited).
+// limit or Retry-After pause) sends nothing, spends no delivery attempt and counts no outcome; the action is
+// parked in the sink's waiting room (for a slot, or until the limiter's time) and its requeue is only the safety
+// net, requeue.Room after the wait's predicted end (Rand 0.5: the jitter's middle). Only a wait for the sink's
+// limits longer than send.BriefWait is written (reason RateLimited).
 func TestDeliveryWaitsBeforeTheClaim(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		prepare func(h *harness)
 		want    time.Duration
 		written string // the reason written, "" for no write
-		parked  bool   // parked in the sink's waiting room
+		parked  bool   // parked in the sink's waiting room for a slot
+		until   time.Time
 	}{
 		{name: "share", prepare: func(h *harness) { h.m.Resolver.Shards = &shard.Membership{Interval: 7 * time.Second} },
-			want: 7 * time.Second},
-		// Parked in the sink's waiting room, woken by a completion there; the safety net jittered (Rand 0.5: Room).
+			want: 7*time.Second + requeue.Room, until: t0.Add(7 * time.Second)},
 		{name: "room", prepare: func(h *harness) { h.noRoom = true }, want: requeue.Room, parked: true},
 		{name: "rate limit pause", prepare: func(h *harness) { h.limiter.Pause(dlSink, t0.Add(30*time.Second)) },
-			want: 30 * time.Second, written: actionsv1alpha1.ReasonRateLimited},
+			want: 30*time.Second + requeue.Room, written: actionsv1alpha1.ReasonRateLimited, until: t0.Add(30 * time.Second)},
 		{name: "brief pause", prepare: func(h *harness) { h.limiter.Pause(dlSink, t0.Add(500*time.Millisecond)) },
-			want: 500 * time.Millisecond},
+			want: 500*time.Millisecond + requeue.Room, until: t0.Add(500 * time.Millisecond)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, nil)
@@ -574,7 +577,10 @@ func TestDeliveryWaitsBeforeTheClaim(t *testing.T) {
 			}
 			counted(t, before, nil)
 			if got := h.m.Passage.Room.Waiting(dlSink); (got == 1) != c.parked {
-				t.Errorf("%d waiting in the sink's room; want parked %v", got, c.parked)
+				t.Errorf("%d waiting in the sink's room for a slot; want parked %v", got, c.parked)
+			}
+			if until, ok := h.m.Passage.Room.Until(types.NamespacedName{Namespace: dlNS, Name: dlAction}); ok != !c.until.IsZero() || !until.Equal(c.until) {
+				t.Errorf("waiting in the sink's room until %v (%v); want until %v", until, ok, c.until)
 			}
 			grown := testutil.ToFloat64(metrics.Delayed.WithLabelValues(dlSink, actionsv1alpha1.ReasonConcurrencyLimited)) - delayed
 			if (grown == 1) != c.parked {

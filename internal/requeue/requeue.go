@@ -44,9 +44,11 @@ const (
 	// stopping): it is asked again soon.
 	Skipped = 300 * time.Millisecond
 
-	// Room (2 s) is the safety net of a send parked in its destination's waiting room (internal/waitroom): a
-	// completion at the destination wakes the next waiter, so this only bounds a wait whose wake was lost. It is
-	// jittered over [Room/2, 3*Room/2).
+	// Room (2 s) is the safety net of a request parked in its destination's waiting room (internal/waitroom):
+	// a completion at the destination wakes the next waiter for a slot, and the room's timer wakes a waiter for
+	// a token, the retry budget, a pause's end or the shard's share at its time, so this only bounds a wait whose
+	// wake was lost. It counts from the wait's predicted end (from now for a slot) and is jittered over
+	// [Room/2, 3*Room/2) (send.Passage).
 	Room = 2 * time.Second
 
 	// NotDispatched (1 s) follows a post-check the dispatcher did not take (stopping, or the key already held)

@@ -20,8 +20,9 @@ import (
 // the destination's limits, then room in the dispatcher: both in memory), the caller's own reads, then Far (the
 // destination's Secrets, then a token of its rate limit and retry budget). Every wait for the destination's
 // capacity is decided here, so each kind of request waits alike: counted (actionledger_delayed_total), parked in
-// the destination's waiting room when it waits for room (a completion there wakes it), jittered, and shown in
-// status only when it lasts (Hold.Shown).
+// the destination's waiting room (internal/waitroom: a wait for a slot is woken by a completion there, a wait
+// for a token, the retry budget, a pause's end or the shard's share at the time the limiter gives), left there
+// with one jittered safety-net requeue (Hold.After), and shown in status only when it lasts (Hold.Shown).
 type Passage struct {
 	Limiter  *limiter.Registry
 	Resolver *destination.Resolver
@@ -40,9 +41,11 @@ type Hold struct {
 	Reason string
 	// Message says so for status.
 	Message string
-	// Until is when the wait ends, when the limiter can say (zero for room: its end is a completion).
+	// Until is when the wait ends, when the limiter can say (zero for room: its end is a completion). The
+	// waiting room wakes the request then.
 	Until time.Time
-	// After is when to look again.
+	// After is the safety net: when to look again if no wake comes (requeue.Room after Until, or after now for
+	// a slot, jittered over [Room/2, 3*Room/2)).
 	After time.Duration
 	// Shown: the wait has lasted, or will, long enough to be recorded in status (a wait for room longer than
 	// the destination's timeout; a wait for a token longer than BriefWait). A shorter one costs no status write.
@@ -55,7 +58,9 @@ type Hold struct {
 // decision environment's jitter source ([0, 1)). nil: passed, and key has left the waiting room.
 func (p *Passage) Near(dest *destination.Resolved, key types.NamespacedName, now time.Time, rand func() float64) *Hold {
 	if after, ok := p.Resolver.TakeShare(dest, now); !ok {
-		return &Hold{After: after}
+		until := now.Add(after)
+		p.Room.ParkUntil(dest.ID, key, until)
+		return &Hold{Until: until, After: safetyNet(until, now, rand)}
 	}
 	if p.HasRoom(dest.ID, key.Namespace) {
 		p.Room.Leave(key)
@@ -68,21 +73,32 @@ func (p *Passage) Near(dest *destination.Resolved, key types.NamespacedName, now
 	return &Hold{Reason: actionsv1alpha1.ReasonConcurrencyLimited,
 		Message: fmt.Sprintf("waiting for destination %s (concurrency): %d request(s) in flight and %d queued",
 			dest.ID, inFlight, queued),
-		After: requeue.Room/2 + time.Duration(rand()*float64(requeue.Room)), Shown: waited >= RoomShown(dest)}
+		After: safetyNet(now, now, rand), Shown: waited >= RoomShown(dest)}
+}
+
+// safetyNet is how long from now a parked request looks again if its wake is lost: requeue.Room after from
+// (the wait's predicted end, or now for a slot), jittered over [Room/2, 3*Room/2) so that the waiters of one
+// burst do not all look at once.
+func safetyNet(from, now time.Time, rand func() float64) time.Duration {
+	return max(from.Sub(now), 0) + requeue.Room/2 + time.Duration(rand()*float64(requeue.Room))
 }
 
 // Far reads dest's Secrets (only right before a send, never to decide anything else) and takes a token of its
-// rate limit and, for a retry (first false), of its retry budget, for key at now (Admit). nil: passed.
+// rate limit and, for a retry (first false), of its retry budget, for key at now (Admit); rand is the jitter
+// source of the safety net. nil: passed, and key has left the waiting room. Otherwise key waits in the room
+// until the limiter's time (its token, the budget, or a Retry-After pause's end), which wakes it then.
 func (p *Passage) Far(ctx context.Context, dest *destination.Resolved, key types.NamespacedName, first bool,
-	now time.Time) *Hold {
+	now time.Time, rand func() float64) *Hold {
 	if err := p.Resolver.LoadCredentials(ctx, dest); err != nil {
 		return &Hold{Err: err}
 	}
 	w := Admit(p.Limiter, p.Resolver, dest, key.Namespace, key.Namespace+"/"+key.Name, first, now)
 	if w == nil {
+		p.Room.Leave(key)
 		return nil
 	}
-	return &Hold{Reason: w.Reason, Message: w.Message, Until: w.Until, After: requeue.After(w.Until, now),
+	p.Room.ParkUntil(dest.ID, key, w.Until)
+	return &Hold{Reason: w.Reason, Message: w.Message, Until: w.Until, After: safetyNet(w.Until, now, rand),
 		Shown: !w.Brief(now)}
 }
 

@@ -1,19 +1,35 @@
-// Package waitroom parks actions that wait for capacity at a destination and wakes them when capacity frees,
-// as the Job controller refills a Job when one of its pods ends (an event, never a timer): a send that finds no
-// room in the dispatcher (its destination's maxInFlight) parks here, and each completion at that destination
-// wakes the next waiter, in round-robin order over namespaces (FIFO inside one), so that free capacity never
-// waits for a poll and a tenant with many waiters does not push another's to the back. A waiter also keeps a
-// safety-net requeue of its own: a wake that finds no room again only parks it again.
+// Package waitroom is where every request to a destination waits for the destination's capacity, and what
+// wakes it when that capacity frees, as the Job controller refills a Job when one of its pods ends (an event,
+// never a poll). There are two kinds of capacity:
 //
-// The room knows nothing of the ledger: it holds object keys per destination and hands back the ones to wake.
+//   - a slot (Park): room in the dispatcher under the destination's maxInFlight. Its end cannot be predicted,
+//     so each completion at the destination wakes the next waiter (Wake), in round-robin order over namespaces
+//     (FIFO inside one), so that a tenant with many waiters does not push another's to the back;
+//   - a time (ParkUntil): a token of the destination's rate limit, its retry budget, the end of a Retry-After
+//     pause, or this shard's share of its limits. The limiter says when each key's turn comes (its reservations
+//     already keep the fair order across namespaces), so the room wakes the key at that time, one timer for the
+//     whole room (the earliest time), never a requeue per waiter.
+//
+// A key waits in one place at a time: parking it elsewhere moves it. A waiter keeps a safety-net requeue of its
+// own: a wake that finds no capacity again only parks it again.
+//
+// The wait for a subject (spec.subject, internal/subject) is the same mechanism over another capacity: the action
+// waits with its reason in status, the holder's terminal write or deletion wakes the actions on its subject
+// through a watch (subject.Changed, Lock.ActionsOnSameSubject), and a 30 s requeue is only its safety net. It is
+// not kept here because that capacity is an API object that any manager may free, which only a watch sees.
+//
+// The room knows nothing of the ledger: it holds object keys per destination and hands back, or wakes, the ones
+// whose capacity came.
 package waitroom
 
 import (
+	"container/heap"
 	"container/list"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 )
 
 // Room is the waiting room of every destination. The zero value is not usable: call New. Safe for concurrent use.
@@ -24,11 +40,50 @@ type Room struct {
 	at map[types.NamespacedName]place
 	// since is when each key began to wait (Since), kept across wakes until it Leaves.
 	since map[types.NamespacedName]time.Time
+
+	// timed holds the keys that wait for a time (ParkUntil), earliest first; an entry whose key has since left
+	// or moved (its seq is no longer the key's) is dropped when it reaches the top.
+	timed timeHeap
+	seq   uint64
+	// clock runs the one timer (timer, set for timerAt) that wakes the earliest timed waiters through wake.
+	clock   clock.WithDelayedExecution
+	wake    func(types.NamespacedName)
+	timer   clock.Timer
+	timerAt time.Time
+	// gen numbers the timers: a timer stopped too late to keep it from firing does not clear its successor.
+	gen uint64
+	// firing counts the wakes on their way (fire runs on a goroutine of its own, never inside the clock's
+	// callback: a fake clock calls it holding its lock), so that a test can wait for them.
+	firing sync.WaitGroup
 }
 
+// place is where a key waits: at dest, in a slot queue (elem) or until a time (seq names its timed entry).
 type place struct {
-	dest string
-	elem *list.Element
+	dest  string
+	elem  *list.Element
+	until time.Time
+	seq   uint64
+}
+
+// timed is a key waiting for a time.
+type timed struct {
+	until time.Time
+	key   types.NamespacedName
+	seq   uint64
+}
+
+// timeHeap is a min-heap of timed waiters by until (container/heap).
+type timeHeap []timed
+
+func (h timeHeap) Len() int           { return len(h) }
+func (h timeHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h timeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timeHeap) Push(x any)        { *h = append(*h, x.(timed)) }
+func (h *timeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // queue is one destination's waiters: a FIFO per namespace and the namespaces with waiters in serving order.
@@ -37,9 +92,22 @@ type queue struct {
 	ring []string
 }
 
-// New returns an empty Room.
+// New returns an empty Room. Keys parked for a time are woken only once Wakes has given it a way to wake them.
 func New() *Room {
 	return &Room{dests: map[string]*queue{}, at: map[types.NamespacedName]place{}, since: map[types.NamespacedName]time.Time{}}
+}
+
+// Wakes sets how the room wakes a key whose time came (the manager's dispatcher puts it on the controller's
+// queue) and the clock that times it (nil: the real clock). Keys parked for a time before it is called are
+// woken from the next ParkUntil on; until then only their own safety-net requeue looks at them.
+func (r *Room) Wakes(clk clock.WithDelayedExecution, wake func(types.NamespacedName)) {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.clock, r.wake = clk, wake
+	r.armLocked()
 }
 
 // Since returns how long key has waited at now: since its first look without room (recorded now if it has none),
@@ -56,16 +124,20 @@ func (r *Room) Since(key types.NamespacedName, now time.Time) time.Duration {
 	return now.Sub(t)
 }
 
-// Park puts key in dest's waiting room (at the end of its namespace's queue). A key already parked at dest keeps
-// its place; one parked at another destination moves.
+// Park puts key in dest's waiting room for a slot (at the end of its namespace's queue), to be woken by a
+// completion there (Wake). A key already waiting for a slot at dest keeps its place; one waiting elsewhere, or
+// for a time, moves.
 func (r *Room) Park(dest string, key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if p, ok := r.at[key]; ok {
-		if p.dest == dest {
+		if p.dest == dest && p.elem != nil {
 			return
 		}
 		r.leaveLocked(key, p)
+		if p.elem == nil {
+			r.armLocked() // it waited for a time: the timer may be for it
+		}
 	}
 	q := r.dests[dest]
 	if q == nil {
@@ -81,6 +153,80 @@ func (r *Room) Park(dest string, key types.NamespacedName) {
 	r.at[key] = place{dest: dest, elem: l.PushBack(key)}
 }
 
+// ParkUntil puts key in dest's waiting room until until (a rate-limit token, the retry budget, a pause or this
+// shard's share comes then): the room wakes it at that time (Wakes). A key already waiting for the same time at
+// dest is left as it is; one waiting elsewhere, or for a slot, moves.
+func (r *Room) ParkUntil(dest string, key types.NamespacedName, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.at[key]; ok {
+		if p.dest == dest && p.elem == nil && p.until.Equal(until) {
+			return
+		}
+		r.leaveLocked(key, p)
+	}
+	r.seq++
+	r.at[key] = place{dest: dest, until: until, seq: r.seq}
+	heap.Push(&r.timed, timed{until: until, key: key, seq: r.seq})
+	r.armLocked()
+}
+
+// armLocked sets the timer for the earliest timed waiter still parked (dropping the entries of keys that left
+// or moved), or stops it when there is none.
+func (r *Room) armLocked() {
+	for len(r.timed) > 0 {
+		top := r.timed[0]
+		if p, ok := r.at[top.key]; ok && p.elem == nil && p.seq == top.seq {
+			break
+		}
+		heap.Pop(&r.timed)
+	}
+	if r.wake == nil {
+		return
+	}
+	if len(r.timed) == 0 {
+		if r.timer != nil {
+			r.timer.Stop()
+			r.timer, r.timerAt = nil, time.Time{}
+		}
+		return
+	}
+	next := r.timed[0].until
+	if r.timer != nil && r.timerAt.Equal(next) {
+		return
+	}
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.gen++
+	gen := r.gen
+	r.timerAt = next
+	r.timer = r.clock.AfterFunc(max(next.Sub(r.clock.Now()), 0), func() { r.firing.Go(func() { r.fire(gen) }) })
+}
+
+// fire wakes every timed waiter whose time has come and sets the timer for the next; gen is the timer's.
+func (r *Room) fire(gen uint64) {
+	r.mu.Lock()
+	now := r.clock.Now()
+	var due []types.NamespacedName
+	for len(r.timed) > 0 && !r.timed[0].until.After(now) {
+		e := heap.Pop(&r.timed).(timed)
+		if p, ok := r.at[e.key]; ok && p.elem == nil && p.seq == e.seq {
+			delete(r.at, e.key)
+			due = append(due, e.key)
+		}
+	}
+	if gen == r.gen {
+		r.timer, r.timerAt = nil, time.Time{}
+	}
+	r.armLocked()
+	wake := r.wake
+	r.mu.Unlock()
+	for _, key := range due {
+		wake(key)
+	}
+}
+
 // Leave takes key out of the room (it found room, or is gone) and forgets when it began to wait; a key not
 // parked is ignored.
 func (r *Room) Leave(key types.NamespacedName) {
@@ -89,11 +235,17 @@ func (r *Room) Leave(key types.NamespacedName) {
 	delete(r.since, key)
 	if p, ok := r.at[key]; ok {
 		r.leaveLocked(key, p)
+		if p.elem == nil {
+			r.armLocked()
+		}
 	}
 }
 
 func (r *Room) leaveLocked(key types.NamespacedName, p place) {
 	delete(r.at, key)
+	if p.elem == nil { // a timed entry: dropped from the heap when it reaches the top (armLocked)
+		return
+	}
 	q := r.dests[p.dest]
 	l := q.byNS[key.Namespace]
 	l.Remove(p.elem)
@@ -111,7 +263,7 @@ func (r *Room) leaveLocked(key types.NamespacedName, p place) {
 	}
 }
 
-// Wake takes up to n waiters of dest out of the room, one per namespace in turn (each served namespace goes to
+// Wake takes up to n slot waiters of dest out of the room, one per namespace in turn (each served namespace goes to
 // the end of the ring), and returns them, to be woken by the caller.
 func (r *Room) Wake(dest string, n int) []types.NamespacedName {
 	r.mu.Lock()
@@ -133,7 +285,18 @@ func (r *Room) Wake(dest string, n int) []types.NamespacedName {
 	return out
 }
 
-// Waiting returns the number of keys parked at dest.
+// Until returns the time key waits for, if it waits for one (ParkUntil).
+func (r *Room) Until(key types.NamespacedName) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.at[key]
+	if !ok || p.elem != nil {
+		return time.Time{}, false
+	}
+	return p.until, true
+}
+
+// Waiting returns the number of keys parked at dest for a slot.
 func (r *Room) Waiting(dest string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

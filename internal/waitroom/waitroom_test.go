@@ -2,10 +2,12 @@ package waitroom
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func k(ns string, i int) types.NamespacedName {
@@ -62,5 +64,108 @@ func TestSinceLastsUntilTheKeyLeaves(t *testing.T) {
 	r.Leave(k("ns", 0))
 	if d := r.Since(k("ns", 0), t0.Add(9*time.Second)); d != 0 || len(r.at) != 0 {
 		t.Fatalf("after Leave: %v (%d parked), want a new wait", d, len(r.at))
+	}
+}
+
+// step moves clk by d and waits for the wakes it set off.
+func step(r *Room, clk *clocktesting.FakeClock, d time.Duration) {
+	clk.Step(d)
+	r.firing.Wait()
+}
+
+// woken collects the keys the room wakes, in order.
+type woken struct {
+	mu   sync.Mutex
+	keys []types.NamespacedName
+}
+
+func (w *woken) wake(key types.NamespacedName) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.keys = append(w.keys, key)
+}
+
+func (w *woken) take() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := fmt.Sprint(w.keys)
+	w.keys = nil
+	return out
+}
+
+// A key parked for a time is woken at that time, by one timer for the whole room, and only then: the earliest
+// first, each once; a key that left, moved to a slot, or was parked again for a later time is not woken at the
+// old time; a wake already due when Wakes is called comes at once.
+func TestTimedWaitersAreWokenAtTheirTime(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	r, w := New(), &woken{}
+	r.ParkUntil("D/a", k("early", 0), t0.Add(-time.Second)) // parked before the room can wake anything
+	r.Wakes(clk, w.wake)
+	step(r, clk, 0)
+	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("early", 0)}) {
+		t.Fatalf("a time already past when Wakes is set: woken %s", got)
+	}
+	r.ParkUntil("D/a", k("a", 0), t0.Add(3*time.Second))
+	r.ParkUntil("D/a", k("b", 0), t0.Add(1*time.Second))
+	r.ParkUntil("D/b", k("c", 0), t0.Add(2*time.Second))
+	r.ParkUntil("D/a", k("a", 0), t0.Add(3*time.Second)) // the same time again: one entry, one wake
+	r.ParkUntil("D/a", k("left", 0), t0.Add(1*time.Second))
+	r.Leave(k("left", 0))
+	r.ParkUntil("D/a", k("slot", 0), t0.Add(1*time.Second))
+	r.Park("D/a", k("slot", 0)) // moved to a slot: woken by a completion, not by the time
+	r.ParkUntil("D/a", k("later", 0), t0.Add(1*time.Second))
+	r.ParkUntil("D/a", k("later", 0), t0.Add(4*time.Second)) // its turn moved: only the new time counts
+
+	step(r, clk, 999*time.Millisecond)
+	if got := w.take(); got != "[]" {
+		t.Fatalf("before any time came: woken %s", got)
+	}
+	step(r, clk, time.Millisecond)
+	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("b", 0)}) {
+		t.Fatalf("at 1s: woken %s, want [b]", got)
+	}
+	step(r, clk, 2*time.Second)
+	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("c", 0), k("a", 0)}) {
+		t.Fatalf("at 3s: woken %s, want c then a", got)
+	}
+	step(r, clk, time.Second)
+	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("later", 0)}) {
+		t.Fatalf("at 4s: woken %s, want [later]", got)
+	}
+	step(r, clk, time.Hour)
+	if got := w.take(); got != "[]" {
+		t.Fatalf("after every time: woken %s", got)
+	}
+	if got := r.Wake("D/a", 5); fmt.Sprint(got) != fmt.Sprint([]types.NamespacedName{k("slot", 0)}) {
+		t.Errorf("slot waiters: %v, want [slot]", got)
+	}
+	if len(r.at) != 0 || len(r.timed) != 0 || clk.HasWaiters() {
+		t.Errorf("room not empty: %d keys, %d timed entries, timer set %v", len(r.at), len(r.timed), clk.HasWaiters())
+	}
+}
+
+// A key woken from a slot wait and parked for a time (it found room, then no rate-limit token) waits for the
+// time; parked for a slot again it leaves the timer, which is stopped when nothing is timed.
+func TestSlotAndTimeAreOnePlace(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	r, w := New(), &woken{}
+	r.Wakes(clk, w.wake)
+	r.Park("D/a", k("ns", 0))
+	r.ParkUntil("D/a", k("ns", 0), t0.Add(time.Second))
+	if r.Waiting("D/a") != 0 {
+		t.Fatalf("parked for a time, still counted as a slot waiter")
+	}
+	r.Park("D/a", k("ns", 0))
+	if clk.HasWaiters() {
+		t.Errorf("the timer still runs with no timed waiter")
+	}
+	step(r, clk, 2*time.Second)
+	if got := w.take(); got != "[]" {
+		t.Errorf("woken by a time it no longer waits for: %s", got)
+	}
+	if got := r.Wake("D/a", 1); len(got) != 1 {
+		t.Errorf("slot wake: %v", got)
 	}
 }
