@@ -79,6 +79,8 @@ type Run struct {
 	RawCPUms  CPU    `json:"rawCpuMsPerObject"`
 	Raw2CPUms *CPU   `json:"rawClaimlessCpuMsPerObject,omitempty"`
 	Load      string `json:"loadavg"`
+	// Dispatcher holds the run's dispatcher samples and the no-gap figures on them (destlatency part only).
+	Dispatcher *DispatcherSamples `json:"dispatcher,omitempty"`
 }
 
 // MemoryResult is the manager's memory with n finished actions in its cache.
@@ -265,6 +267,8 @@ func TestBenchmark(t *testing.T) {
 			e := newEnv(t)
 			d := defaultDest()
 			d.Latency, d.Kind = time.Duration(latMs)*time.Millisecond, kind
+			// The destlatency part's runs (its latency 0 row is the headline's runs) take dispatcher samples.
+			d.Sample = want("destlatency")
 			// The bare clients run before and after the manager (straddle), so that a ratio compares runs that met
 			// the same load on average.
 			before := rawRuns(t, e, n, creators, kind)
@@ -283,6 +287,9 @@ func TestBenchmark(t *testing.T) {
 			}
 			t.Logf("destination %s, %d actions, %d reconciles, destination latency %d ms: %.1f actions/s, raw %.1f/s %v, ratio %.2f%s, p99 %.0f ms, writes %v, reconciles per action %.2f, CPU ms/action %v (raw per object: %v), load %s",
 				destLabel(kind, r.IdempotencyClaim), n, c, latMs, r.ActionsPerSecond, r.RawPerSecond, r.RawBeforeAfter, r.RatioToRaw, claimless, r.LatencyMs["p99"], r.Writes, r.ReconcilesPerAction, r.CPUms, r.RawCPUms, r.Load)
+			if r.Dispatcher != nil {
+				t.Logf("destination %s, destination latency %d ms: %v", kind, latMs, r.Dispatcher)
+			}
 			runs[runKey{n, c, latMs, kind}] = append(runs[runKey{n, c, latMs, kind}], r)
 			if !full && want("destlatency") && len(quickLat[kind]) == 0 {
 				// Quick mode: prove the delayed destination and the table on the same control plane, with a
@@ -476,14 +483,22 @@ func throughputAt(t *testing.T, e *envtestutil.Env, bin, dir string, n, creators
 	prof := startProfile(t, e, n, pprofURL)
 	created := make([]time.Time, n)
 	var failed atomic.Bool
+	var createdN atomic.Int64 // creates that returned
 	create := func(i int) {
 		created[i] = time.Now()
 		if err := e.Client.Create(ctx, envtestutil.Action(ns, fmt.Sprintf("a-%d", i), "fast", "/x", `{"i":1}`)); err != nil {
 			failed.Store(true)
 			t.Errorf("create: %v", err)
+			return
 		}
+		createdN.Add(1)
 	}
 	start := time.Now()
+	var sampler *dispatchSampler
+	if d.Sample {
+		// Waiting: created − Succeeded, the warm-up action aside (Succeeded before the clock started).
+		sampler = sampleDispatcher(p, "Destination/"+ns+"/fast", start, func() int { return max(int(createdN.Load())-(w.succeeded()-1), 0) })
+	}
 	var wg sync.WaitGroup
 	if rate > 0 {
 		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
@@ -510,6 +525,14 @@ func throughputAt(t *testing.T, e *envtestutil.Env, bin, dir string, n, creators
 	}
 	// Room for the destination's latency at the reconcile workers' concurrency (the bound on main).
 	done := w.waitAll(t, n+1, time.Duration(n)*100*time.Millisecond+120*time.Second+time.Duration(n)*d.Latency/time.Duration(max(reconciles, 1)))
+	var samples *DispatcherSamples
+	if sampler != nil {
+		limit := kept.MaxInFlight
+		if limit <= 0 {
+			limit = d.MaxInFlight // not applied: what the bench asked for
+		}
+		samples = sampler.stop(limit)
+	}
 	var last time.Time
 	lat := make([]float64, 0, n)
 	for i := range n {
@@ -530,7 +553,7 @@ func throughputAt(t *testing.T, e *envtestutil.Env, bin, dir string, n, creators
 	return Run{Actions: n, Creators: creators, Reconciles: reconciles, RatePerSec: rate, Seconds: elapsed,
 		DestLatencyMs: int(d.Latency.Milliseconds()), MaxInFlight: kept.MaxInFlight, Destination: d.Kind, IdempotencyClaim: kept.Claim,
 		ActionsPerSecond: float64(n) / elapsed, LatencyMs: percentiles(lat), Writes: perAction(writes0, writes, n),
-		CPUms: perActionCPU(cpu0, cpu1, n), ReconcilesPerAction: (rec1 - rec0) / float64(n), Load: load + " -> " + loadavg()}
+		CPUms: perActionCPU(cpu0, cpu1, n), ReconcilesPerAction: (rec1 - rec0) / float64(n), Load: load + " -> " + loadavg(), Dispatcher: samples}
 }
 
 // reconcileCount is the manager's controller_runtime_reconcile_total of the externalaction controller (0 when
@@ -739,6 +762,17 @@ func report(t *testing.T, rep Report) {
 		}
 		t.Logf("wrote %s", p)
 	}
+	for _, r := range rep.DestLatency {
+		if len(r.Dispatcher) == 0 {
+			continue
+		}
+		p := dispatchPlotPath(out, r.DestLatencyMs, r.Destination)
+		title := fmt.Sprintf("destination %s, latency %d ms, %d actions", destLabel(r.Destination, r.IdempotencyClaim), r.DestLatencyMs, r.Actions)
+		if err := plotDispatch(p, title, r.Dispatcher); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", p)
+	}
 	checkReport(t, rep)
 }
 
@@ -836,6 +870,11 @@ func checkReport(t *testing.T, rep Report) {
 	for _, r := range rep.DestLatency {
 		if r.Runs == 0 || r.ActionsPerS <= 0 || r.BoundPerS <= 0 {
 			t.Fatalf("the harness measured nothing at destination latency %d ms (destination %s): %+v", r.DestLatencyMs, r.Destination, r)
+		}
+		for _, d := range r.Dispatcher {
+			if len(d.Samples) == 0 {
+				t.Fatalf("no dispatcher sample at destination latency %d ms (destination %s): %d scrape errors", r.DestLatencyMs, r.Destination, d.ScrapeErrors)
+			}
 		}
 	}
 	if len(rep.StatusBytes) > 0 {

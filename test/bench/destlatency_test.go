@@ -61,6 +61,8 @@ type benchDest struct {
 	Latency     time.Duration
 	MaxInFlight int
 	Kind        string
+	// Sample says to take dispatcher samples during the manager's run (the destlatency part's runs).
+	Sample bool
 }
 
 // defaultDest is the bench Destination of the headline, fixed-rate, size and reconciles runs (kind unsafe).
@@ -134,6 +136,12 @@ type LatencyRow struct {
 	// over min(it, maxInFlight / latency).
 	Raw2PerS float64 `json:"rawClaimlessObjectsPerSecond,omitempty"`
 	Ratio2   float64 `json:"ratioToClaimlessBound,omitempty"`
+	// NoGapShare is the median of the runs' no-gap shares (runs with no eligible sample aside; absent: no run
+	// had one) and LongestGapSeconds the median of their longest gaps; Dispatcher holds each run's samples
+	// (issue 42 item 3; absent when the runs were not sampled).
+	NoGapShare        *float64             `json:"noGapShare,omitempty"`
+	LongestGapSeconds float64              `json:"longestGapSeconds,omitempty"`
+	Dispatcher        []*DispatcherSamples `json:"dispatcherRuns,omitempty"`
 }
 
 // bound is min(raw objects/s, maxInFlight / latency); a latency of 0 leaves raw.
@@ -151,8 +159,15 @@ func latencyRow(latencyMs, maxInFlight int, kind string, rs []Run) LatencyRow {
 		return LatencyRow{Destination: kind, DestLatencyMs: latencyMs, MaxInFlight: maxInFlight}
 	}
 	lat := time.Duration(latencyMs) * time.Millisecond
-	var tput, raw, bnd, ratio, ratio2, p50, p99, c409, cpu, api, rawAPI []float64
+	var tput, raw, bnd, ratio, ratio2, p50, p99, c409, cpu, api, rawAPI, share, longest []float64
+	var samples []*DispatcherSamples
 	for _, r := range rs {
+		if d := r.Dispatcher; d != nil {
+			samples, longest = append(samples, d), append(longest, d.LongestGapSeconds)
+			if d.NoGapShare != nil {
+				share = append(share, *d.NoGapShare)
+			}
+		}
 		b := bound(r.RawPerSecond, maxInFlight, lat)
 		tput, raw, bnd = append(tput, r.ActionsPerSecond), append(raw, r.RawPerSecond), append(bnd, b)
 		if b > 0 {
@@ -165,19 +180,26 @@ func latencyRow(latencyMs, maxInFlight int, kind string, rs []Run) LatencyRow {
 		c409, cpu = append(c409, r.Writes.ConflictsAll), append(cpu, r.CPUms.Manager)
 		api, rawAPI = append(api, r.CPUms.APIServer), append(rawAPI, r.RawCPUms.APIServer)
 	}
+	var noGap *float64
+	if len(share) > 0 {
+		m := median(share)
+		noGap = &m
+	}
 	return LatencyRow{Destination: kind, IdempotencyClaim: rs[0].IdempotencyClaim, DestLatencyMs: latencyMs, Actions: rs[0].Actions, Reconciles: rs[0].Reconciles, MaxInFlight: maxInFlight,
 		Applied: rs[0].MaxInFlight > 0, Runs: len(rs), ActionsPerS: median(tput), RawPerS: median(raw), BoundPerS: median(bnd),
 		Ratio: median(ratio), P50Ms: median(p50), P99Ms: median(p99), ConflictsPerAction: median(c409), ManagerCPUms: median(cpu),
 		APIServerCPUms: median(api), RawAPIServerCPUms: median(rawAPI),
-		Raw2PerS: medianOf(rs, func(r Run) float64 { return r.Raw2PerSecond }), Ratio2: median(ratio2)}
+		Raw2PerS: medianOf(rs, func(r Run) float64 { return r.Raw2PerSecond }), Ratio2: median(ratio2),
+		NoGapShare: noGap, LongestGapSeconds: median(longest), Dispatcher: samples}
 }
 
 // latencyTable renders rows as a markdown table for docs/benchmarks.md.
 func latencyTable(rows []LatencyRow) string {
 	var b strings.Builder
 	b.WriteString("| destination | destination latency | actions | reconciles | maxInFlight | runs | actions/s | raw obj/s | bound/s | ratio to bound | " +
-		"2-write raw obj/s | ratio to 2-write bound | p50 ms | p99 ms | 409s per action | manager CPU ms per action | API server CPU ms per action (raw per object) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"2-write raw obj/s | ratio to 2-write bound | p50 ms | p99 ms | 409s per action | manager CPU ms per action | API server CPU ms per action (raw per object) | " +
+		"no-gap share (longest gap s) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		lat := "0"
 		if r.DestLatencyMs > 0 {
@@ -191,9 +213,13 @@ func latencyTable(rows []LatencyRow) string {
 		if r.Raw2PerS > 0 {
 			raw2, ratio2 = fmt.Sprintf("%.1f", r.Raw2PerS), fmt.Sprintf("%.2f", r.Ratio2)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %.1f | %.1f | %.1f | %.2f | %s | %s | %.0f | %.0f | %.3f | %.2f | %.2f (%.2f) |\n",
+		noGap := ""
+		if len(r.Dispatcher) > 0 {
+			noGap = fmt.Sprintf("%s (%.2f)", fmtShare(r.NoGapShare), r.LongestGapSeconds)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %.1f | %.1f | %.1f | %.2f | %s | %s | %.0f | %.0f | %.3f | %.2f | %.2f (%.2f) | %s |\n",
 			destLabel(r.Destination, r.IdempotencyClaim), lat, r.Actions, r.Reconciles, mif, r.Runs, r.ActionsPerS, r.RawPerS, r.BoundPerS, r.Ratio,
-			raw2, ratio2, r.P50Ms, r.P99Ms, r.ConflictsPerAction, r.ManagerCPUms, r.APIServerCPUms, r.RawAPIServerCPUms)
+			raw2, ratio2, r.P50Ms, r.P99Ms, r.ConflictsPerAction, r.ManagerCPUms, r.APIServerCPUms, r.RawAPIServerCPUms, noGap)
 	}
 	return b.String()
 }

@@ -109,6 +109,13 @@ func watchActions(t *testing.T, e *envtestutil.Env, ns string, watches *atomic.I
 	return cancel
 }
 
+// succeeded is how many actions the watch has seen Succeeded so far.
+func (w *watcher) succeeded() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.done)
+}
+
 // waitAll waits until n actions named prefix-<i> are Succeeded and returns their times.
 func (w *watcher) waitAll(t *testing.T, n int, timeout time.Duration) map[string]time.Time {
 	t.Helper()

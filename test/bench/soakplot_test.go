@@ -3,13 +3,10 @@ package bench
 import (
 	"fmt"
 	"image/color"
-	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // soakSeries is one line of a panel: a name, a colour and the value of each sample.
@@ -71,21 +68,5 @@ func plotSoak(path string, r SoakResult) error {
 		}
 		rows = append(rows, []*plot.Plot{p})
 	}
-	img := vgimg.New(vg.Points(900), vg.Points(900))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(rows), Cols: 1, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	canvases := plot.Align(rows, tiles, dc)
-	for i := range rows {
-		rows[i][0].Draw(canvases[i][0])
-	}
-	f, err := os.Create(path) //nolint:gosec // BENCH_SOAK_OUT is the user's own choice
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return f.Close()
+	return writePNG(path, rows, vg.Points(900), vg.Points(900))
 }
