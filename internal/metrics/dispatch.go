@@ -19,8 +19,18 @@ var (
 		Name: "actionledger_queued_sends",
 		Help: "Claimed attempts waiting for a free in-flight slot, by destination.",
 	}, []string{labelDestination})
+
+	// WaitingRequests is the number of requests (attempts, post-checks, dead-letter deliveries) parked in a
+	// destination's waiting room (internal/waitroom), by destination and the capacity they wait for: "slot" (room
+	// under maxInFlight, woken by a completion) or "time" (a rate-limit token, the retry budget, a Retry-After
+	// pause's end or the shard's share, woken at the time the limiter gives). The series of a destination is
+	// deleted when nothing waits there for that capacity.
+	WaitingRequests = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "actionledger_waiting_requests",
+		Help: "Requests parked in the destination's waiting room, by destination and the capacity they wait for (slot or time).",
+	}, []string{labelDestination, "capacity"})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(InFlightSends, QueuedSends)
+	ctrlmetrics.Registry.MustRegister(InFlightSends, QueuedSends, WaitingRequests)
 }

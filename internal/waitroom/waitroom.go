@@ -30,6 +30,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"github.com/actionledger/actionledger/internal/metrics"
 )
 
 // Room is the waiting room of every destination. The zero value is not usable: call New. Safe for concurrent use.
@@ -40,6 +42,9 @@ type Room struct {
 	at map[types.NamespacedName]place
 	// since is when each key began to wait (Since), kept across wakes until it Leaves.
 	since map[types.NamespacedName]time.Time
+	// count is how many keys wait at each destination, for a slot ([0]) and for a time ([1]):
+	// actionledger_waiting_requests.
+	count map[string]*[2]int
 
 	// timed holds the keys that wait for a time (ParkUntil), earliest first; an entry whose key has since left
 	// or moved (its seq is no longer the key's) is dropped when it reaches the top.
@@ -94,7 +99,8 @@ type queue struct {
 
 // New returns an empty Room. Keys parked for a time are woken only once Wakes has given it a way to wake them.
 func New() *Room {
-	return &Room{dests: map[string]*queue{}, at: map[types.NamespacedName]place{}, since: map[types.NamespacedName]time.Time{}}
+	return &Room{dests: map[string]*queue{}, at: map[types.NamespacedName]place{}, since: map[types.NamespacedName]time.Time{},
+		count: map[string]*[2]int{}}
 }
 
 // Wakes sets how the room wakes a key whose time came (the manager's dispatcher puts it on the controller's
@@ -151,6 +157,27 @@ func (r *Room) Park(dest string, key types.NamespacedName) {
 		q.ring = append(q.ring, key.Namespace)
 	}
 	r.at[key] = place{dest: dest, elem: l.PushBack(key)}
+	r.countLocked(dest, 0, 1)
+}
+
+// countLocked adds n to the keys waiting at dest for a slot (kind 0) or a time (kind 1) and shows the count
+// (actionledger_waiting_requests; a count back at 0 deletes its series).
+func (r *Room) countLocked(dest string, kind, n int) {
+	c := r.count[dest]
+	if c == nil {
+		c = &[2]int{}
+		r.count[dest] = c
+	}
+	c[kind] += n
+	label := [2]string{"slot", "time"}[kind]
+	if c[kind] == 0 {
+		metrics.WaitingRequests.DeleteLabelValues(dest, label)
+	} else {
+		metrics.WaitingRequests.WithLabelValues(dest, label).Set(float64(c[kind]))
+	}
+	if c[0] == 0 && c[1] == 0 {
+		delete(r.count, dest)
+	}
 }
 
 // ParkUntil puts key in dest's waiting room until until (a rate-limit token, the retry budget, a pause or this
@@ -168,6 +195,7 @@ func (r *Room) ParkUntil(dest string, key types.NamespacedName, until time.Time)
 	r.seq++
 	r.at[key] = place{dest: dest, until: until, seq: r.seq}
 	heap.Push(&r.timed, timed{until: until, key: key, seq: r.seq})
+	r.countLocked(dest, 1, 1)
 	r.armLocked()
 }
 
@@ -213,6 +241,7 @@ func (r *Room) fire(gen uint64) {
 		e := heap.Pop(&r.timed).(timed)
 		if p, ok := r.at[e.key]; ok && p.elem == nil && p.seq == e.seq {
 			delete(r.at, e.key)
+			r.countLocked(p.dest, 1, -1)
 			due = append(due, e.key)
 		}
 	}
@@ -244,8 +273,10 @@ func (r *Room) Leave(key types.NamespacedName) {
 func (r *Room) leaveLocked(key types.NamespacedName, p place) {
 	delete(r.at, key)
 	if p.elem == nil { // a timed entry: dropped from the heap when it reaches the top (armLocked)
+		r.countLocked(p.dest, 1, -1)
 		return
 	}
+	r.countLocked(p.dest, 0, -1)
 	q := r.dests[p.dest]
 	l := q.byNS[key.Namespace]
 	l.Remove(p.elem)

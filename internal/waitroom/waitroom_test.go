@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/actionledger/actionledger/internal/metrics"
 )
 
 func k(ns string, i int) types.NamespacedName {
@@ -167,5 +170,33 @@ func TestSlotAndTimeAreOnePlace(t *testing.T) {
 	}
 	if got := r.Wake("D/a", 1); len(got) != 1 {
 		t.Errorf("slot wake: %v", got)
+	}
+}
+
+// actionledger_waiting_requests counts the keys waiting at each destination by the capacity they wait for, and
+// a count back at 0 deletes its series.
+func TestWaitingRequestsGauge(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	r, w := New(), &woken{}
+	r.Wakes(clk, w.wake)
+	gauge := func(capacity string) float64 {
+		return testutil.ToFloat64(metrics.WaitingRequests.WithLabelValues("D/gauge", capacity))
+	}
+	r.Park("D/gauge", k("a", 0))
+	r.Park("D/gauge", k("b", 0))
+	r.ParkUntil("D/gauge", k("c", 0), t0.Add(time.Second))
+	r.ParkUntil("D/gauge", k("a", 1), t0.Add(time.Second))
+	r.ParkUntil("D/gauge", k("b", 0), t0.Add(time.Second)) // moves from a slot to a time
+	if s, tm := gauge("slot"), gauge("time"); s != 1 || tm != 3 {
+		t.Fatalf("waiting for a slot %v, for a time %v; want 1 and 3", s, tm)
+	}
+	r.Leave(k("c", 0))
+	step(r, clk, time.Second)
+	r.Wake("D/gauge", 1)
+	for _, c := range []string{"slot", "time"} {
+		if metrics.WaitingRequests.DeleteLabelValues("D/gauge", c) {
+			t.Errorf("the %s series is still there with nothing waiting", c)
+		}
 	}
 }

@@ -17,15 +17,16 @@ import (
 
 // The dispatcher samples of the destlatency part (issue 42 item 3): every dispatchSamplePeriod of a manager
 // run, the dispatcher's sends in flight and queued at the bench Destination (the manager's
-// actionledger_inflight_sends and actionledger_queued_sends gauges) and the run's actions not yet Succeeded
-// (created − Succeeded, from the bench's watch). The issue's criterion: no gap while work waits, in flight
-// >= 90 % of the Destination's maxInFlight whenever at least that many actions wait beyond those in flight.
+// actionledger_inflight_sends and actionledger_queued_sends gauges), the requests parked in its waiting room for
+// a slot (actionledger_waiting_requests{capacity="slot"}) and the run's actions not yet Succeeded (created −
+// Succeeded, from the bench's watch). The issue's criterion: no gap while work waits for room, in flight >= 90 %
+// of the Destination's maxInFlight whenever at least that many requests wait for room (parked or queued).
 
 const (
 	// dispatchSamplePeriod is the time between two dispatcher samples.
 	dispatchSamplePeriod = 250 * time.Millisecond
 	// noGapFraction is the share of the limit the criterion asks for: in flight >= noGapFraction × limit whenever
-	// waiting − in flight >= noGapFraction × limit.
+	// parked + queued >= noGapFraction × limit.
 	noGapFraction = 0.9
 )
 
@@ -37,6 +38,9 @@ type DispatchSample struct {
 	// bench Destination (0 when the series is absent: the dispatcher deletes it when both are 0).
 	InFlight float64 `json:"inFlight"`
 	Queued   float64 `json:"queued"`
+	// Parked is the manager's actionledger_waiting_requests{capacity="slot"} at the bench Destination: requests
+	// parked in its waiting room for room under maxInFlight (0 when the series is absent).
+	Parked float64 `json:"parked"`
 	// Waiting is the run's actions created and not yet seen Succeeded by the bench's watch.
 	Waiting int `json:"waiting"`
 }
@@ -46,7 +50,7 @@ type DispatcherSamples struct {
 	// Limit is the bench Destination's maxInFlight: as the API server kept it, else BENCH_MAX_IN_FLIGHT.
 	Limit    int `json:"limit"`
 	PeriodMs int `json:"periodMs"`
-	// Eligible counts the samples where waiting − inFlight >= 0.9 × Limit (work waits beyond what is in flight).
+	// Eligible counts the samples where parked + queued >= 0.9 × Limit (that many requests wait for room).
 	Eligible int `json:"eligibleSamples"`
 	// NoGapShare is the share of the eligible samples that have inFlight >= 0.9 × Limit (absent: none eligible).
 	NoGapShare *float64 `json:"noGapShare,omitempty"`
@@ -57,9 +61,9 @@ type DispatcherSamples struct {
 	Samples      []DispatchSample `json:"samples"`
 }
 
-// eligible says whether work waits beyond what is in flight in s: waiting − inFlight >= 0.9 × limit.
+// eligible says whether at least 0.9 × limit requests wait for room in s: parked + queued.
 func eligible(s DispatchSample, limit int) bool {
-	return float64(s.Waiting)-s.InFlight >= noGapFraction*float64(limit)
+	return s.Parked+s.Queued >= noGapFraction*float64(limit)
 }
 
 // gap says whether s breaks the criterion: eligible, and less than 0.9 × limit in flight.
@@ -115,7 +119,7 @@ func summarizeDispatch(samples []DispatchSample, limit, scrapeErrors int) *Dispa
 
 // String is the record as a log line.
 func (d *DispatcherSamples) String() string {
-	return fmt.Sprintf("%d dispatcher samples (limit %d, %d scrape errors): %d with waiting − in flight >= %.0f, no-gap share %s, longest gap %.2f s",
+	return fmt.Sprintf("%d dispatcher samples (limit %d, %d scrape errors): %d with waiting for room >= %.0f, no-gap share %s, longest gap %.2f s",
 		len(d.Samples), d.Limit, d.ScrapeErrors, d.Eligible, noGapFraction*float64(d.Limit), fmtShare(d.NoGapShare), d.LongestGapSeconds)
 }
 
@@ -153,7 +157,8 @@ func sampleDispatcher(p *proc, dest string, start time.Time, waiting func() int)
 				s.errs++
 			} else {
 				s.samples = append(s.samples, DispatchSample{AtSeconds: at, Waiting: w,
-					InFlight: sum(m, "actionledger_inflight_sends", want), Queued: sum(m, "actionledger_queued_sends", want)})
+					InFlight: sum(m, "actionledger_inflight_sends", want), Queued: sum(m, "actionledger_queued_sends", want),
+					Parked: sum(m, "actionledger_waiting_requests", want, `capacity="slot"`)})
 			}
 			s.mu.Unlock()
 			select {
@@ -197,11 +202,12 @@ func plotDispatch(path, title string, runs []*DispatcherSamples) error {
 		{"in flight (actionledger_inflight_sends)", blue, func(s DispatchSample) float64 { return s.InFlight }},
 		{"queued (actionledger_queued_sends)", orange, func(s DispatchSample) float64 { return s.Queued }},
 		{"waiting (created − Succeeded)", green, func(s DispatchSample) float64 { return float64(s.Waiting) }},
+		{"parked for a slot (actionledger_waiting_requests)", grey, func(s DispatchSample) float64 { return s.Parked }},
 	}
 	rows := make([][]*plot.Plot, 0, len(runs))
 	for i, d := range runs {
 		p := plot.New()
-		p.Title.Text = fmt.Sprintf("%s, run %d: no-gap share %s over %d samples with waiting − in flight ≥ %.0f, longest gap %.2f s",
+		p.Title.Text = fmt.Sprintf("%s, run %d: no-gap share %s over %d samples with waiting for room ≥ %.0f, longest gap %.2f s",
 			title, i+1, fmtShare(d.NoGapShare), d.Eligible, noGapFraction*float64(d.Limit), d.LongestGapSeconds)
 		p.Y.Label.Text = "actions"
 		if i == len(runs)-1 {

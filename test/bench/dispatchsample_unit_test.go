@@ -8,11 +8,12 @@ import (
 	"testing"
 )
 
-// dispatchSamples are samples 250 ms apart with the given in flight and waiting (queued: waiting − in flight).
+// dispatchSamples are samples 250 ms apart with the given in flight and waiting (parked for a slot: waiting − in
+// flight).
 func dispatchSamples(inFlight []float64, waiting []int) []DispatchSample {
 	out := make([]DispatchSample, 0, len(inFlight))
 	for i := range inFlight {
-		out = append(out, DispatchSample{AtSeconds: 0.25 * float64(i), InFlight: inFlight[i], Queued: float64(waiting[i]) - inFlight[i], Waiting: waiting[i]})
+		out = append(out, DispatchSample{AtSeconds: 0.25 * float64(i), InFlight: inFlight[i], Parked: float64(waiting[i]) - inFlight[i], Waiting: waiting[i]})
 	}
 	return out
 }
@@ -22,7 +23,7 @@ func TestNoGapShareAndLongestGap(t *testing.T) {
 	// i:        0    1    2    3    4    5    6    7    8    9
 	inFlight := []float64{10, 95, 100, 50, 40, 100, 30, 100, 20, 5}
 	waiting := []int{500, 500, 300, 300, 300, 200, 200, 189, 100, 5}
-	// Eligible (waiting − in flight >= 90): 0..7 (7: 189 − 100 = 89 is not); 8: 80 is not; 9: 0 is not.
+	// Eligible (parked >= 90): 0..7 (7: 189 − 100 = 89 is not); 8: 80 is not; 9: 0 is not.
 	// Gaps (eligible and in flight < 90): 0, 3, 4, 6.
 	s := dispatchSamples(inFlight, waiting)
 	wantGap := []bool{true, false, false, true, true, false, true, false, false, false}
@@ -51,7 +52,7 @@ func TestNoGapShareAndLongestGap(t *testing.T) {
 	}
 	d := summarizeDispatch(s, limit, 1)
 	if d.Eligible != 7 || fmtShare(d.NoGapShare) != "0.43" || d.LongestGapSeconds != 0.5 || d.PeriodMs != 250 || len(d.Samples) != 10 ||
-		!strings.Contains(d.String(), "10 dispatcher samples (limit 100, 1 scrape errors): 7 with waiting − in flight >= 90, no-gap share 0.43") {
+		!strings.Contains(d.String(), "10 dispatcher samples (limit 100, 1 scrape errors): 7 with waiting for room >= 90, no-gap share 0.43") {
 		t.Errorf("summarizeDispatch = %v", d)
 	}
 }
