@@ -330,7 +330,7 @@ func (r *ExternalActionReconciler) build() {
 	if d, ok := r.Dispatcher.(*InlineDispatcher); ok && d.Deliver == nil {
 		d.Deliver = func(c dispatch.Completion[*send.Result]) { r.receive(c) }
 	}
-	p := &parts{mailbox: newMailbox(), health: &storeHealth{}, collector: newCollector(r.workers(), r.collectionRate()),
+	p := &parts{mailbox: newMailbox(), health: &storeHealth{}, collector: newCollector(r.Options.workers(), r.Options.collectionRate()),
 		room: waitroom.New()}
 	p.subjects = &subject.Lock{Client: r.Client, APIReader: r.APIReader, Clock: r.Clock}
 	p.writer = &status.Writer{Client: r.Client, Reader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock,
@@ -365,25 +365,25 @@ func (r *ExternalActionReconciler) build() {
 }
 
 // workers is the number of parallel reconciles (Options.MaxConcurrentReconciles or its default).
-func (r *ExternalActionReconciler) workers() int {
-	if r.Options.MaxConcurrentReconciles <= 0 {
+func (o *Options) workers() int {
+	if o.MaxConcurrentReconciles <= 0 {
 		return DefaultMaxConcurrentReconciles
 	}
-	return r.Options.MaxConcurrentReconciles
+	return o.MaxConcurrentReconciles
 }
 
 // collectionRate is Options.CollectionRate, or DefaultCollectionRate when it is not set (negative means 0).
-func (r *ExternalActionReconciler) collectionRate() float64 {
-	if r.Options.CollectionRate == nil {
+func (o *Options) collectionRate() float64 {
+	if o.CollectionRate == nil {
 		return DefaultCollectionRate
 	}
-	return max(0, *r.Options.CollectionRate)
+	return max(0, *o.CollectionRate)
 }
 
 // rand is the jitter source.
-func (r *ExternalActionReconciler) rand() func() float64 {
-	if r.Options.Rand != nil {
-		return r.Options.Rand
+func (o *Options) rand() func() float64 {
+	if o.Rand != nil {
+		return o.Rand
 	}
 	return rand.Float64
 }
@@ -414,7 +414,7 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := IndexDestinationRef(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("indexing actions by destination: %w", err)
 	}
-	workers := r.workers()
+	workers := r.Options.workers()
 	b := ctrl.NewControllerManagedBy(mgr).For(&actionsv1alpha1.ExternalAction{})
 	if isManagers {
 		// Outcomes handed back by the dispatcher wake their object (DESIGN rule 10), and so does the waiting room

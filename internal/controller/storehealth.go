@@ -74,7 +74,7 @@ func (r *ExternalActionReconciler) waitOnTombstoneWrite(ctx context.Context, err
 	if !errors.As(err, &unknown) || namespaceTerminating(err) {
 		return ctrl.Result{}, false
 	}
-	after := storeRecheck(r.parts.health.downFor(r.Clock.Now()), r.rand())
+	after := storeRecheck(r.parts.health.downFor(r.Clock.Now()), r.Options.rand())
 	log.FromContext(ctx).V(1).Info("Tombstone not written; the object keeps its finalizer until it is", "store", unknown.store,
 		"err", unknown.err.Error(), "recheckIn", after)
 	return ctrl.Result{RequeueAfter: after}, true

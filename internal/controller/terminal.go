@@ -42,7 +42,7 @@ func (r *ExternalActionReconciler) hold(ctx context.Context, xa *actionsv1alpha1
 // deadline, so that whatever is decided without a destination keeps the object for its horizon.
 func (r *ExternalActionReconciler) env(xa *actionsv1alpha1.ExternalAction, dest *destination.Resolved, now time.Time) ledger.Env {
 	env := ledger.Env{
-		Now: now, Holder: r.Options.Holder, Generation: xa.Generation, Rand: r.rand(), ClaimMargin: r.Options.ClaimMargin,
+		Now: now, Holder: r.Options.Holder, Generation: xa.Generation, Rand: r.Options.rand(), ClaimMargin: r.Options.ClaimMargin,
 		Retention: destination.DefaultTTLAfterFinished, Outputs: xa.Spec.Outputs != nil, Created: xa.CreationTimestamp.Time,
 	}
 	var deadline time.Duration
