@@ -4,16 +4,25 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // Evaluation slots: the seats of the one CPU budget that every tenant's expressions share (DESIGN rule 13). An
 // evaluation is CPU-bound, so the process runs at most Slots() of them at once; the others wait, at most
 // SlotWait, before they run, never after they started. The waiters are served as API Priority and Fairness
 // serves requests of one priority level (k8s.io/apiserver pkg/util/flowcontrol/fairqueuing/queueset): each
-// flow, here a namespace (WithFlow), has its own FIFO queue, and a freed slot goes to the head of the next queue
-// in round-robin order over the flows that are waiting. Every evaluation is bounded alike (CostLimit,
-// EvalTimeout), so one grant per turn is fair queuing of equal-width requests: a tenant with a thousand waiting
-// evaluations delays another tenant's one by at most one evaluation per flow waiting, never by its whole queue.
+// flow, here a namespace (WithFlow), has its own FIFO queue, and a freed slot goes to the waiting flow that has
+// used the least slot time, measured as each evaluation ends (APF's virtual time, corrected by the real
+// execution time: start-time fair queuing). Counting evaluations instead would not be fair: one tenant's
+// admitted expressions take 0.1 s and more of CPU each, another's `response.statusCode == 201` microseconds,
+// and with turns per evaluation the cheap tenant gets one evaluation per expensive one (issue 40 item 6: team-b's
+// 20 verdicts a second queued behind team-a's few and waited up to SlotWait). With slot time, a tenant whose
+// admitted expressions fill every slot delays another's next evaluation by at most the time one of them has left
+// (EvalTimeout), and the other's evaluations then run back to back for as long as they used less.
+//
+// A flow that starts waiting after it was idle starts at the virtual time of the last grant (the slot time it
+// did not use while idle is not credited); one idle with more charged than that keeps its charge until the others
+// catch up.
 
 // HeapBound is the heap, in bytes, that one evaluation is counted to hold at most (16 MiB) when the manager's
 // memory budget is divided (membudget.Split: slots × HeapBound are set aside for evaluations). The cost limit
@@ -53,98 +62,154 @@ func flowOf(ctx context.Context) string {
 	return f
 }
 
-// fairSlots is a counting semaphore of size seats whose waiters are served round-robin over their flows.
+// fairSlots is a counting semaphore of size seats whose waiters are served to the flow that has used the least
+// slot time (start-time fair queuing over flows, FIFO inside a flow).
 type fairSlots struct {
 	mu   sync.Mutex
 	size int
 	used int
-	// queues holds the waiters of each flow that has any, FIFO; ring the flows with waiters, in serving order.
-	queues map[string][]*waiter
-	ring   []string
+	// flows holds every flow that waits, holds a slot, or was charged more than vnow; waiting counts the waiters
+	// of all of them.
+	flows   map[string]*flowState
+	waiting int
+	// vnow is the virtual time: the charge of the flow served last when it was served. A flow that starts
+	// waiting after it was idle is charged at least this.
+	vnow time.Duration
+	// seq orders the waiters: among flows charged alike the one whose head waits longest is served first.
+	seq uint64
+	now func() time.Time
 }
+
+// flowState is one flow's queue and charge.
+type flowState struct {
+	queue   []*waiter
+	running int
+	// charged is the slot time this flow's evaluations used (its virtual time).
+	charged time.Duration
+}
+
+func (f *flowState) idle() bool { return len(f.queue) == 0 && f.running == 0 }
 
 type waiter struct {
 	ch      chan struct{}
 	granted bool
+	free    func() // the granted slot's release, set before ch is closed
+	seq     uint64
 }
 
 func newFairSlots(n int) *fairSlots {
-	return &fairSlots{size: n, queues: map[string][]*waiter{}}
+	return &fairSlots{size: n, flows: map[string]*flowState{}, now: time.Now}
 }
 
-// acquire takes a slot for flow, waiting behind the flows served before it, or returns ctx's error.
+// flow returns name's state, made or woken: an idle flow is charged at least the virtual time.
+func (s *fairSlots) flow(name string) *flowState {
+	f := s.flows[name]
+	if f == nil {
+		f = &flowState{}
+		s.flows[name] = f
+	}
+	if f.idle() {
+		f.charged = max(f.charged, s.vnow)
+	}
+	return f
+}
+
+// grantLocked gives a slot to f and returns its release, which charges f the slot time it held.
+func (s *fairSlots) grantLocked(name string, f *flowState) func() {
+	f.running++
+	s.vnow = max(s.vnow, f.charged)
+	began := s.now()
+	var once sync.Once
+	return func() { once.Do(func() { s.release(name, f, began) }) }
+}
+
+// acquire takes a slot for flow, waiting behind the flows that used less slot time, or returns ctx's error.
 func (s *fairSlots) acquire(ctx context.Context, flow string) (func(), error) {
 	s.mu.Lock()
-	if s.used < s.size && len(s.ring) == 0 {
+	f := s.flow(flow)
+	if s.used < s.size && s.waiting == 0 {
 		s.used++
+		free := s.grantLocked(flow, f)
 		s.mu.Unlock()
-		return s.release, nil
+		return free, nil
 	}
-	w := &waiter{ch: make(chan struct{})}
-	if len(s.queues[flow]) == 0 {
-		s.ring = append(s.ring, flow)
-	}
-	s.queues[flow] = append(s.queues[flow], w)
+	s.seq++
+	w := &waiter{ch: make(chan struct{}), seq: s.seq}
+	f.queue = append(f.queue, w)
+	s.waiting++
 	s.mu.Unlock()
 	select {
 	case <-w.ch:
-		return s.release, nil
+		return w.free, nil
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
 	if w.granted { // granted while ctx ended: give the slot on
+		free := w.free
 		s.mu.Unlock()
-		s.release()
+		free()
 		return nil, ctx.Err()
 	}
-	s.remove(flow, w)
+	s.remove(flow, f, w)
 	s.mu.Unlock()
 	return nil, ctx.Err()
 }
 
-// release frees a slot: it goes to the head of the next waiting flow's queue (that flow then goes to the end of
-// the ring), or back to the pool.
-func (s *fairSlots) release() {
+// release frees the slot flow f held since began: f is charged the time, and the slot goes to the head of the
+// waiting flow charged least (the one waiting longest among equals), or back to the pool.
+func (s *fairSlots) release(name string, f *flowState, began time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.ring) == 0 {
+	f.running--
+	f.charged += max(s.now().Sub(began), 0)
+	var next *flowState
+	var nextName string
+	for n, g := range s.flows {
+		if len(g.queue) == 0 {
+			continue
+		}
+		if next == nil || g.charged < next.charged || (g.charged == next.charged && g.queue[0].seq < next.queue[0].seq) {
+			next, nextName = g, n
+		}
+	}
+	if next == nil {
 		s.used--
-		return
-	}
-	flow := s.ring[0]
-	s.ring = s.ring[1:]
-	q := s.queues[flow]
-	w := q[0]
-	if len(q) == 1 {
-		delete(s.queues, flow)
 	} else {
-		s.queues[flow] = q[1:]
-		s.ring = append(s.ring, flow)
+		w := next.queue[0]
+		next.queue = next.queue[1:]
+		s.waiting--
+		w.granted = true
+		w.free = s.grantLocked(nextName, next)
+		close(w.ch)
 	}
-	w.granted = true
-	close(w.ch)
+	s.forget(name, f)
 }
 
-// remove drops w, which gave up waiting, from flow's queue (and flow from the ring when that empties it).
-func (s *fairSlots) remove(flow string, w *waiter) {
-	q := s.queues[flow]
-	for i, x := range q {
+// forget drops flow f when it is idle and charged no more than the virtual time (it would be charged that when
+// it comes back anyway).
+func (s *fairSlots) forget(name string, f *flowState) {
+	if f.idle() && f.charged <= s.vnow && s.flows[name] == f {
+		delete(s.flows, name)
+	}
+	if len(s.flows) > 4*s.size+64 { // idle flows kept for their charge, now caught up with
+		for n, g := range s.flows {
+			if g.idle() && g.charged <= s.vnow {
+				delete(s.flows, n)
+			}
+		}
+	}
+}
+
+// remove drops w, which gave up waiting, from flow's queue.
+func (s *fairSlots) remove(name string, f *flowState, w *waiter) {
+	for i, x := range f.queue {
 		if x == w {
-			q = append(q[:i:i], q[i+1:]...)
+			f.queue = append(f.queue[:i:i], f.queue[i+1:]...)
+			s.waiting--
 			break
 		}
 	}
-	if len(q) > 0 {
-		s.queues[flow] = q
-		return
-	}
-	delete(s.queues, flow)
-	for i, f := range s.ring {
-		if f == flow {
-			s.ring = append(s.ring[:i:i], s.ring[i+1:]...)
-			break
-		}
-	}
+	s.forget(name, f)
 }
 
 // acquire takes an evaluation slot in ctx's flow (WithFlow), or returns ctx's error.

@@ -89,15 +89,28 @@ func TestBenchmarkNoisy(t *testing.T) {
 	e.CreateDestination(t, nsB, "payments", urlB, func(s *actionsv1alpha1.DestinationSpec) {
 		s.Timeout = &metav1.Duration{Duration: 30 * time.Second}
 	})
-	p := startManager(t, e, bin, dir, intEnv("BENCH_RECONCILES", 16), fmt.Sprintf("--evaluation-slots=%d", slots))
+	pprofArgs, pprofURL := managerPprofArgs(t, bin)
+	p := startManager(t, e, bin, dir, intEnv("BENCH_RECONCILES", 16), append(pprofArgs, fmt.Sprintf("--evaluation-slots=%d", slots))...)
+	tracing := os.Getenv("BENCH_NOISY_TRACE") != ""
 	defer p.stop()
 	load := loadavg()
 	if _, err := noisy.TeamB(ctx, wc, nsB, "payments", "warm", 1, 0, time.Minute); err != nil {
 		t.Fatalf("warm-up: %v", err)
 	}
 	rss := sampleRSS(p)
+	qm0, _ := p.scrape()
+	qc0 := sampleCPU(p.cmd.Process.Pid)
+	qprof := startNamedProfile(t, e, "noisy-quiet-", n, pprofURL)
 	quiet, err := noisy.TeamB(ctx, wc, nsB, "payments", "quiet", n, rate, 3*time.Minute)
 	quietRSS := rss.stop()
+	if tracing {
+		qc1 := sampleCPU(p.cmd.Process.Pid)
+		qm1, _ := p.scrape()
+		logCPU(t, "quiet", qc0, qc1)
+		logHists(t, "quiet", qm0, qm1)
+		stageBreakdown(t, "quiet", quiet, srvB, nsB, time.Duration(latMs)*time.Millisecond)
+	}
+	qprof.finish(t, e)
 	t.Logf("noisy: team-b alone: %s; manager peak RSS %.1f MiB", quiet, quietRSS/(1<<20))
 	if err != nil {
 		t.Fatalf("team-b alone: %v", err)
@@ -123,7 +136,31 @@ func TestBenchmarkNoisy(t *testing.T) {
 	a.Start(ctx)
 	peaks := sampleMetrics(p)
 	t.Logf("noisy: team-a in full swing: %s", srvA.WaitBurst(fl, time.Minute))
+	nm0, _ := p.scrape()
+	nc0 := sampleCPU(p.cmd.Process.Pid)
+	nprof := startNamedProfile(t, e, "noisy-loud-", n, pprofURL)
+	stopSelf := func() {}
+	if d := os.Getenv("BENCH_PROFILE_DIR"); d != "" {
+		stopSelf = selfProfile(t, filepath.Join(d, "noisy-loud-test-"+time.Now().UTC().Format("150405")+".pprof"))
+	}
+	if d := os.Getenv("BENCH_PROFILE_DIR"); d != "" && pprofURL != "" {
+		go func() { // the manager's goroutines, 3, 6 and 9 s into team-b's run
+			for i := 1; i <= 3; i++ {
+				time.Sleep(3 * time.Second)
+				_ = fetchTo(pprofURL+"/debug/pprof/goroutine?debug=1", filepath.Join(d, fmt.Sprintf("noisy-loud-goroutines-%d.txt", i)), time.Minute)
+			}
+		}()
+	}
 	loud, err := noisy.TeamB(ctx, wc, nsB, "payments", "noisy", n, rate, 4*time.Minute)
+	if tracing {
+		nc1 := sampleCPU(p.cmd.Process.Pid)
+		nm1, _ := p.scrape()
+		logCPU(t, "noisy", nc0, nc1)
+		logHists(t, "noisy", nm0, nm1)
+		stageBreakdown(t, "noisy", loud, srvB, nsB, time.Duration(latMs)*time.Millisecond)
+	}
+	nprof.finish(t, e)
+	stopSelf()
 	teamA := a.Stop()
 	noisyRSS := rss.stop()
 	managerPeaks := peaks.stop()

@@ -350,6 +350,25 @@ type Result struct {
 	// Unfinished are the actions with no terminal phase when the run gave up.
 	Unfinished []string
 	Seconds    float64
+	// Traces is each action's timeline as this run saw it: when its create began and returned, and every watch
+	// event of it (for the stage breakdown of the benchmark).
+	Traces map[string]*Trace
+}
+
+// Trace is one action's timeline seen from the test: its create call and its watch events.
+type Trace struct {
+	Sent, Created time.Time
+	Events        []Event
+}
+
+// Event is one watch event of an action.
+type Event struct {
+	At       time.Time
+	Type     watch.EventType
+	Phase    actionsv1alpha1.Phase
+	Attempts int32
+	Gen      int64
+	RV       string
 }
 
 // Quantile is the q-quantile of the latencies in seconds (nearest rank; 0 without any).
@@ -388,10 +407,18 @@ func TeamB(ctx context.Context, wc client.WithWatch, ns, dest, prefix string, n 
 	}
 	defer w.Stop()
 	began := time.Now()
-	c := &creator{sent: map[string]time.Time{}}
+	c := &creator{sent: map[string]time.Time{}, created: map[string]time.Time{}}
 	go c.create(ctx, cancel, wc, ns, dest, prefix, n, perSecond)
-	res := Result{Actions: n, Phases: map[actionsv1alpha1.Phase]int{}}
-	ended, err := collect(ctx, w, prefix, n, func(xa *actionsv1alpha1.ExternalAction) {
+	res := Result{Actions: n, Phases: map[actionsv1alpha1.Phase]int{}, Traces: map[string]*Trace{}}
+	ended, err := collect(ctx, w, prefix, n, func(ev watch.EventType, xa *actionsv1alpha1.ExternalAction) {
+		tr := res.Traces[xa.Name]
+		if tr == nil {
+			tr = &Trace{}
+			res.Traces[xa.Name] = tr
+		}
+		tr.Events = append(tr.Events, Event{At: time.Now(), Type: ev, Phase: xa.Status.Phase,
+			Attempts: xa.Status.Attempts, Gen: xa.Generation, RV: xa.ResourceVersion})
+	}, func(xa *actionsv1alpha1.ExternalAction) {
 		res.Phases[xa.Status.Phase]++
 		if xa.Status.Phase == actionsv1alpha1.PhaseSucceeded {
 			res.Latencies = append(res.Latencies, time.Since(c.at(xa.Name)))
@@ -399,6 +426,11 @@ func TeamB(ctx context.Context, wc client.WithWatch, ns, dest, prefix string, n 
 	})
 	res.Seconds = time.Since(began).Seconds()
 	slices.Sort(res.Latencies)
+	c.mu.Lock()
+	for name, tr := range res.Traces {
+		tr.Sent, tr.Created = c.sent[name], c.created[name]
+	}
+	c.mu.Unlock()
 	for i := range n {
 		if name := fmt.Sprintf("%s-%03d", prefix, i); !ended[name] {
 			res.Unfinished = append(res.Unfinished, name)
@@ -418,9 +450,10 @@ func TeamB(ctx context.Context, wc client.WithWatch, ns, dest, prefix string, n 
 
 // creator creates team-b's actions and remembers when each create began.
 type creator struct {
-	mu   sync.Mutex
-	sent map[string]time.Time
-	err  error // the first create error
+	mu      sync.Mutex
+	sent    map[string]time.Time
+	created map[string]time.Time // when the create call returned
+	err     error                // the first create error
 }
 
 func (c *creator) firstErr() error {
@@ -444,7 +477,11 @@ func (c *creator) create(ctx context.Context, cancel context.CancelFunc, cl clie
 		c.mu.Lock()
 		c.sent[xa.Name] = time.Now()
 		c.mu.Unlock()
-		if err := cl.Create(ctx, xa); err != nil {
+		err := cl.Create(ctx, xa)
+		c.mu.Lock()
+		c.created[xa.Name] = time.Now()
+		c.mu.Unlock()
+		if err != nil {
 			c.mu.Lock()
 			if c.err == nil {
 				c.err = fmt.Errorf("%s: %w", xa.Name, err)
@@ -484,8 +521,10 @@ func (c *creator) create(ctx context.Context, cancel context.CancelFunc, cl clie
 	close(next)
 }
 
-// collect reads w until n actions named prefix-* reached a terminal phase or ctx ends, calling end once for each.
-func collect(ctx context.Context, w watch.Interface, prefix string, n int, end func(*actionsv1alpha1.ExternalAction)) (
+// collect reads w until n actions named prefix-* reached a terminal phase or ctx ends, calling seen for every
+// event of one of them and end once for each.
+func collect(ctx context.Context, w watch.Interface, prefix string, n int,
+	seen func(watch.EventType, *actionsv1alpha1.ExternalAction), end func(*actionsv1alpha1.ExternalAction)) (
 	map[string]bool, error) {
 	ended := map[string]bool{}
 	for len(ended) < n && ctx.Err() == nil {
@@ -496,8 +535,11 @@ func collect(ctx context.Context, w watch.Interface, prefix string, n int, end f
 				return ended, errors.New("the watch ended")
 			}
 			xa, isXA := ev.Object.(*actionsv1alpha1.ExternalAction)
-			if !isXA || ev.Type == watch.Deleted || !strings.HasPrefix(xa.Name, prefix+"-") || ended[xa.Name] ||
-				!xa.Status.Phase.Terminal() {
+			if !isXA || ev.Type == watch.Deleted || !strings.HasPrefix(xa.Name, prefix+"-") || ended[xa.Name] {
+				continue
+			}
+			seen(ev.Type, xa)
+			if !xa.Status.Phase.Terminal() {
 				continue
 			}
 			ended[xa.Name] = true
