@@ -159,6 +159,16 @@ type parts struct {
 	deadletter *deadletter.Manager
 	// collector runs collection behind sends (collect.go).
 	collector *collector
+	// wakeFn enqueues an object from outside a reconcile (the manager's dispatcher's outcomes channel); nil
+	// without one (a test's inline dispatcher): then only the requeue looks again.
+	wakeFn func(types.NamespacedName)
+}
+
+// wake enqueues nn (wakeFn), when there is a way to.
+func (p *parts) wake(nn types.NamespacedName) {
+	if p.wakeFn != nil {
+		p.wakeFn(nn)
+	}
 }
 
 // +kubebuilder:rbac:groups=actions.actionledger.dev,resources=externalactions,verbs=get;list;watch;update;patch;delete
@@ -258,6 +268,7 @@ func (r *ExternalActionReconciler) forget(nn types.NamespacedName) {
 	}
 	r.parts.subjects.Forget(nn)
 	r.parts.room.Leave(nn)
+	expr.DropSlot(nn.Namespace, nn.String())
 }
 
 // movedAway reports whether an object that the cache does not hold, but whose outcome or output values this
@@ -343,7 +354,7 @@ func (r *ExternalActionReconciler) build() {
 		InsecureSkipVerifyAllowed: r.Options.InsecureSkipVerifyAllowed, Shards: r.Options.Shards, Tokens: r.Options.Tokens,
 		Executor: r.Executor, Clock: r.Clock}
 	p.outputs = &outputs.Manager{Client: r.Client, APIReader: r.APIReader, Scheme: r.Scheme, Exprs: r.Exprs, Clock: r.Clock,
-		Writer: p.writer, Sharded: r.Options.Shards != nil, Env: func(xa *actionsv1alpha1.ExternalAction) ledger.Env {
+		Writer: p.writer, Sharded: r.Options.Shards != nil, Wake: p.wake, Env: func(xa *actionsv1alpha1.ExternalAction) ledger.Env {
 			return r.env(xa, nil, r.Clock.Now())
 		}}
 	p.sender = &send.Sender{Executor: r.Executor, Exprs: r.Exprs, Clock: r.Clock, Succeeded: p.outputs.Hold}
@@ -420,8 +431,9 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Outcomes handed back by the dispatcher wake their object (DESIGN rule 10), and so does the waiting room
 		// when a parked action's time comes (a token, the retry budget, a pause's end, the shard's share).
 		b = b.WatchesRawSource(source.Channel(md.outcomes, &handler.EnqueueRequestForObject{}))
+		r.parts.wakeFn = func(nn types.NamespacedName) { md.wakeUp(nn) }
 		clk, _ := r.Clock.(clock.WithDelayedExecution)
-		r.parts.room.Wakes(clk, func(nn types.NamespacedName) { md.wakeUp(nn) })
+		r.parts.room.Wakes(clk, r.parts.wakeFn)
 	}
 	return b.
 		// spec.subject: a holder that finishes, is resolved or goes wakes the other actions on its subject.

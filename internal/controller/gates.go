@@ -14,6 +14,7 @@ import (
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/destination"
 	"github.com/actionledger/actionledger/internal/dispatch"
+	"github.com/actionledger/actionledger/internal/expr"
 	"github.com/actionledger/actionledger/internal/fingerprint"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
@@ -500,7 +501,13 @@ func (a *active) askCheck(ctx context.Context) (ctrl.Result, error) {
 // (status.claim.verdict, DESIGN rule 12), and records the result as the attempt's outcome (record: held in the
 // mailbox until written, DESIGN rule 2). Nothing is sent, and no room, token or Secret is needed.
 func (a *active) judge(ctx context.Context) (ctrl.Result, error) {
-	o := a.r.parts.sender.Judge(ctx, a.xa)
+	nn := types.NamespacedName{Namespace: a.xa.Namespace, Name: a.xa.Name}
+	hctx, release, ok := expr.HoldSlot(ctx, nn.Namespace, nn.String(), func() { a.r.parts.wake(nn) })
+	if !ok { // its place in its namespace's queue of evaluations: woken when its turn comes
+		return ctrl.Result{RequeueAfter: requeue.Room/2 + time.Duration(a.f.env.Rand()*float64(requeue.Room))}, nil
+	}
+	o := a.r.parts.sender.Judge(hctx, a.xa)
+	release()
 	env := a.f.env
 	env.Now = a.f.now
 	c := a.xa.Status.Claim

@@ -24,6 +24,7 @@ import (
 // every evaluation slot, team-b's POST /charges is answered 201 and its successWhen cannot be evaluated. The
 // action is never Failed: it records the response, says VerdictPending with the claim kept open, and once a
 // slot is free it is judged from the recorded response and ends Succeeded, with one request at the destination.
+// Meanwhile no reconcile worker waits for a slot on its behalf.
 func TestSuccessWhenNotEvaluatedWaitsForItsVerdict(t *testing.T) {
 	ns := env.Namespace(t)
 	srv, url := envtestutil.DestinationServer(t, destination.Options{})
@@ -46,9 +47,15 @@ func TestSuccessWhenNotEvaluatedWaitsForItsVerdict(t *testing.T) {
 	if c == nil || c.Verdict == nil || c.Verdict.Otherwise != string(retry.ClassRejected) || c.Verdict.InputSHA256 == "" {
 		t.Fatalf("claim = %+v; want it open with a pending verdict (otherwise Rejected)", c)
 	}
-	// Still no verdict while the slots stay taken: never Failed, never sent again.
-	envtestutil.Consistently(t, 2*time.Second, envtestutil.Say("the action stays InProgress without a verdict"), func() bool {
-		return env.Get(t, ns, "charge-1").Status.Phase == actionsv1alpha1.PhaseInProgress
+	// Still no verdict while the slots stay taken: never Failed, never sent again. And no reconcile worker waits for
+	// a slot to judge it again (expr.HoldSlot): the action keeps its place in its namespace's queue of evaluations
+	// and writes nothing meanwhile, where a worker waiting SlotWait (3 s) after the first JudgeBackoff (1 s) would
+	// record a second unfinished evaluation within this window.
+	envtestutil.Consistently(t, 5*time.Second, envtestutil.Say("the action stays InProgress without a verdict, "+
+		"its status unwritten"), func() bool {
+		cur := env.Get(t, ns, "charge-1")
+		return cur.Status.Phase == actionsv1alpha1.PhaseInProgress && cur.ResourceVersion == pending.ResourceVersion &&
+			cur.Status.Claim != nil && cur.Status.Claim.Verdict != nil && cur.Status.Claim.Verdict.Evaluations == 1
 	})
 	release()
 	done := env.WaitPhase(t, ns, "charge-1", actionsv1alpha1.PhaseSucceeded, 30*time.Second)

@@ -259,3 +259,97 @@ func TestSlotsGiveNoCreditForIdleTime(t *testing.T) {
 		t.Errorf("served %v; want %v (team-b, idle until now, charged from the virtual time)", got, want)
 	}
 }
+
+// HoldSlot never waits: with a slot free the reconcile gets it, and its evaluations run under it (acquire takes
+// nothing more, so two in a row with one slot do not wait on themselves). With none free the key takes its place
+// in its flow's queue, in the same fair order as a waiting evaluation: when its turn comes the slot is held for it
+// and it is woken, and its next HoldSlot gets that slot, ahead of a later waiter; a slot not taken within the
+// grace goes on; DropSlot leaves the queue.
+func TestHoldSlotWaitsWithoutAWorker(t *testing.T) {
+	old := slots
+	t.Cleanup(func() { slots = old })
+	s := newFairSlots(1)
+	s.grace = 50 * time.Millisecond
+	slots = s
+	woken := make(chan string, 4)
+	wake := func(key string) func() { return func() { woken <- key } }
+
+	ctx, release, ok := HoldSlot(context.Background(), "team-b", "team-b/a", wake("team-b/a"))
+	if !ok {
+		t.Fatal("no slot with every slot free")
+	}
+	for range 2 { // two evaluations under the one held slot
+		free, err := acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		free()
+	}
+	release()
+
+	hold, _ := s.acquire(context.Background(), "team-a")
+	if _, _, ok := HoldSlot(context.Background(), "team-b", "team-b/a", wake("team-b/a")); ok {
+		t.Fatal("a slot with every slot taken")
+	}
+	if _, _, ok := HoldSlot(context.Background(), "team-b", "team-b/a", wake("team-b/a")); ok || s.waiting != 1 {
+		t.Fatalf("asked again: ok %v, %d waiting; want one place in the queue", ok, s.waiting)
+	}
+	later := make(chan struct{})
+	go func() {
+		free, err := s.acquire(context.Background(), "team-a")
+		if err == nil {
+			free()
+		}
+		close(later)
+	}()
+	queuedIn(s, 2)
+	time.Sleep(time.Millisecond) // team-a is charged its slot time: team-b's place comes before its next
+	hold()
+	if key := <-woken; key != "team-b/a" {
+		t.Fatalf("woken %s", key)
+	}
+	select {
+	case <-later:
+		t.Fatal("a later waiter took the slot held for the woken reconcile")
+	case <-time.After(10 * time.Millisecond):
+	}
+	_, release, ok = HoldSlot(context.Background(), "team-b", "team-b/a", wake("team-b/a"))
+	if !ok {
+		t.Fatal("the woken reconcile did not get the slot held for it")
+	}
+	release()
+	<-later
+
+	// Not taken within the grace: the slot goes to the next waiter.
+	hold, _ = s.acquire(context.Background(), "team-a")
+	HoldSlot(context.Background(), "team-b", "team-b/b", wake("team-b/b"))
+	next := make(chan struct{})
+	go func() {
+		free, err := s.acquire(context.Background(), "team-a")
+		if err == nil {
+			free()
+		}
+		close(next)
+	}()
+	queuedIn(s, 2)
+	time.Sleep(time.Millisecond)
+	hold()
+	<-woken
+	<-next // after the grace
+
+	// DropSlot gives up the place.
+	hold, _ = s.acquire(context.Background(), "team-a")
+	HoldSlot(context.Background(), "team-b", "team-b/c", wake("team-b/c"))
+	DropSlot("team-b", "team-b/c")
+	hold()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.waiting != 0 || s.used != 0 || len(s.asked) != 0 || len(s.granted) != 0 {
+		t.Errorf("after all: waiting %d, used %d, asked %d, granted %d", s.waiting, s.used, len(s.asked), len(s.granted))
+	}
+	select {
+	case key := <-woken:
+		t.Errorf("a dropped key was woken: %s", key)
+	default:
+	}
+}

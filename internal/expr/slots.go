@@ -78,6 +78,17 @@ type fairSlots struct {
 	// seq orders the waiters: among flows charged alike the one whose head waits longest is served first.
 	seq uint64
 	now func() time.Time
+	// asked holds the waiters of HoldSlot by key, until their turn comes; granted the slots given to them, held
+	// for their reconcile until it takes them or HoldGrace passes.
+	asked   map[string]*waiter
+	granted map[string]*grant
+	grace   time.Duration // HoldGrace
+}
+
+// grant is a slot given to a HoldSlot waiter whose reconcile has not taken it yet.
+type grant struct {
+	free  func()
+	timer *time.Timer
 }
 
 // flowState is one flow's queue and charge.
@@ -95,10 +106,14 @@ type waiter struct {
 	granted bool
 	free    func() // the granted slot's release, set before ch is closed
 	seq     uint64
+	// key and wake are a HoldSlot waiter's (ch is nil): its turn holds the slot for key and calls wake.
+	key  string
+	wake func()
 }
 
 func newFairSlots(n int) *fairSlots {
-	return &fairSlots{size: n, flows: map[string]*flowState{}, now: time.Now}
+	return &fairSlots{size: n, flows: map[string]*flowState{}, now: time.Now, asked: map[string]*waiter{},
+		granted: map[string]*grant{}, grace: HoldGrace}
 }
 
 // flow returns name's state, made or woken: an idle flow is charged at least the virtual time.
@@ -180,9 +195,80 @@ func (s *fairSlots) release(name string, f *flowState, began time.Time) {
 		s.waiting--
 		w.granted = true
 		w.free = s.grantLocked(nextName, next)
-		close(w.ch)
+		if w.ch == nil {
+			s.holdForLocked(w)
+		} else {
+			close(w.ch)
+		}
 	}
 	s.forget(name, f)
+}
+
+// holdForLocked holds the slot granted to w, a HoldSlot waiter, for its key's reconcile, for HoldGrace at most,
+// and wakes that reconcile.
+func (s *fairSlots) holdForLocked(w *waiter) {
+	delete(s.asked, w.key)
+	g := &grant{free: w.free}
+	g.timer = time.AfterFunc(s.grace, func() {
+		s.mu.Lock()
+		mine := s.granted[w.key] == g
+		if mine {
+			delete(s.granted, w.key)
+		}
+		s.mu.Unlock()
+		if mine {
+			g.free()
+		}
+	})
+	s.granted[w.key] = g
+	go w.wake()
+}
+
+// hold is HoldSlot on s.
+func (s *fairSlots) hold(flow, key string, wake func()) (func(), bool) {
+	s.mu.Lock()
+	if g := s.granted[key]; g != nil {
+		delete(s.granted, key)
+		s.mu.Unlock()
+		g.timer.Stop()
+		return g.free, true
+	}
+	if s.asked[key] != nil {
+		s.mu.Unlock()
+		return nil, false
+	}
+	f := s.flow(flow)
+	if s.used < s.size && s.waiting == 0 {
+		s.used++
+		free := s.grantLocked(flow, f)
+		s.mu.Unlock()
+		return free, true
+	}
+	s.seq++
+	w := &waiter{seq: s.seq, key: key, wake: wake}
+	f.queue = append(f.queue, w)
+	s.waiting++
+	s.asked[key] = w
+	s.mu.Unlock()
+	return nil, false
+}
+
+// drop is DropSlot on s.
+func (s *fairSlots) drop(flow, key string) {
+	s.mu.Lock()
+	if w := s.asked[key]; w != nil {
+		delete(s.asked, key)
+		if f := s.flows[flow]; f != nil {
+			s.remove(flow, f, w)
+		}
+	}
+	g := s.granted[key]
+	delete(s.granted, key)
+	s.mu.Unlock()
+	if g != nil {
+		g.timer.Stop()
+		g.free()
+	}
 }
 
 // forget drops flow f when it is idle and charged no more than the virtual time (it would be charged that when
@@ -212,8 +298,38 @@ func (s *fairSlots) remove(name string, f *flowState, w *waiter) {
 	s.forget(name, f)
 }
 
-// acquire takes an evaluation slot in ctx's flow (WithFlow), or returns ctx's error.
-func acquire(ctx context.Context) (func(), error) { return slots.acquire(ctx, flowOf(ctx)) }
+// acquire takes an evaluation slot in ctx's flow (WithFlow), or returns ctx's error. Under a slot held by the
+// reconcile (HoldSlot) it takes nothing more: that reconcile's evaluations run one after the other in it.
+func acquire(ctx context.Context) (func(), error) {
+	if held, _ := ctx.Value(heldKey{}).(bool); held {
+		return func() {}, nil
+	}
+	return slots.acquire(ctx, flowOf(ctx))
+}
+
+type heldKey struct{}
+
+// HoldGrace (2 s) is how long a slot given to a HoldSlot waiter is kept for its reconcile, which the wake
+// enqueued, before it goes to the next waiter.
+const HoldGrace = 2 * time.Second
+
+// HoldSlot takes an evaluation slot for the reconcile of key (namespace/name) in flow (its namespace) without
+// waiting for one, so that the reconcile worker is never held behind other tenants' evaluations (issue 40 item
+// 6: a worker waiting up to SlotWait for a slot is a worker that serves no other tenant). ok: the returned ctx
+// runs every evaluation under the slot (acquire takes nothing more) until release is called. Otherwise key
+// waits in ctx's flow's queue like any evaluation, in the same fair order (the slot time each flow used), and
+// when its turn comes the slot is held for it for HoldGrace and wake is called (on a goroutine of its own): the
+// next HoldSlot for key gets that slot. A second HoldSlot while key waits only reports !ok. DropSlot gives up.
+func HoldSlot(ctx context.Context, flow, key string, wake func()) (held context.Context, release func(), ok bool) {
+	free, ok := slots.hold(flow, key, wake)
+	if !ok {
+		return ctx, nil, false
+	}
+	return context.WithValue(WithFlow(ctx, flow), heldKey{}, true), free, true
+}
+
+// DropSlot gives up key's place in flow's queue, or the slot held for it (the action is gone, or finished).
+func DropSlot(flow, key string) { slots.drop(flow, key) }
 
 // Occupy takes every evaluation slot and holds them until release is called: what another tenant's admitted
 // expressions, each running for seconds, do to the others. For tests and benchmarks of DESIGN rule 12 (an

@@ -73,6 +73,8 @@ type Manager struct {
 	Env func(xa *actionsv1alpha1.ExternalAction) ledger.Env
 	// Sharded: another shard may hold an action's values (--watch-label-selector), so OutputLost waits LostGrace.
 	Sharded bool
+	// Wake enqueues an action whose evaluation slot came (expr.HoldSlot); nil: only the requeue looks again.
+	Wake func(types.NamespacedName)
 
 	// held holds the values taken from a successful response until the target is written; kept nowhere else.
 	held sync.Map // types.NamespacedName -> *heldOutputs
@@ -357,8 +359,22 @@ func (mgr *Manager) Settle(ctx context.Context, xa *actionsv1alpha1.ExternalActi
 	var msg string
 	h := mgr.heldFor(xa)
 	if h != nil && h.view != nil {
+		// The evaluation slot is taken without a wait: a reconcile worker never waits behind other tenants'
+		// evaluations (expr.HoldSlot); without one the action keeps its place in its namespace's queue and is
+		// woken when its turn comes, the requeue only a safety net.
+		nn := client.ObjectKeyFromObject(xa)
+		hctx, release, ok := expr.HoldSlot(ctx, xa.Namespace, nn.String(), func() {
+			if mgr.Wake != nil {
+				mgr.Wake(nn)
+			}
+		})
+		if !ok {
+			return ctrl.Result{RequeueAfter: requeue.Room}, nil
+		}
 		var wait time.Duration
-		if h, wait = mgr.retake(ctx, xa, h); wait > 0 {
+		h, wait = mgr.retake(hctx, xa, h)
+		release()
+		if wait > 0 {
 			log.FromContext(ctx).V(1).Info("the outputs' evaluation did not finish; evaluating them again later",
 				"wait", wait, "error", h.err.Error())
 			return ctrl.Result{RequeueAfter: wait}, nil

@@ -401,7 +401,7 @@ func (s *Sender) Judge(ctx context.Context, xa *actionsv1alpha1.ExternalAction) 
 			"(the API server refused the full status, so it was recorded without the body or headers)"
 		return o
 	}
-	ok, err := s.successOn(xa, in)
+	ok, err := s.successOn(ctx, xa, in)
 	switch {
 	case unfinished(err):
 		return unjudged(o, in, retry.Class(v.Otherwise), err)

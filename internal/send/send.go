@@ -167,11 +167,13 @@ func SuccessWhen(exprs *expr.Cache, xa *actionsv1alpha1.ExternalAction, view *re
 	if xa.Spec.SuccessWhen == "" {
 		return expr.DefaultSuccess(view.StatusCode), nil
 	}
-	return successOn(exprs, xa, exprResponse(view))
+	return successOn(context.Background(), exprs, xa, exprResponse(view))
 }
 
-// successOn evaluates spec.successWhen (default: a 2xx status) on in, the expression's input.
-func successOn(exprs *expr.Cache, xa *actionsv1alpha1.ExternalAction, in expr.Response) (bool, error) {
+// successOn evaluates spec.successWhen (default: a 2xx status) on in, the expression's input. ctx carries only
+// values (an evaluation slot the reconcile holds: expr.HoldSlot), never its cancellation: the evaluation has its
+// own time (expr.EvalTimeout).
+func successOn(ctx context.Context, exprs *expr.Cache, xa *actionsv1alpha1.ExternalAction, in expr.Response) (bool, error) {
 	if xa.Spec.SuccessWhen == "" {
 		return expr.DefaultSuccess(in.StatusCode), nil
 	}
@@ -180,12 +182,12 @@ func successOn(exprs *expr.Cache, xa *actionsv1alpha1.ExternalAction, in expr.Re
 		return false, err
 	}
 	// The action's namespace is its flow: evaluation slots are shared fairly between namespaces (expr.WithFlow).
-	return p.EvalContext(expr.WithFlow(context.Background(), xa.Namespace), in)
+	return p.EvalContext(expr.WithFlow(context.WithoutCancel(ctx), xa.Namespace), in)
 }
 
 // successOn is successOn with the sender's expression cache.
-func (s *Sender) successOn(xa *actionsv1alpha1.ExternalAction, in expr.Response) (bool, error) {
-	return successOn(s.Exprs, xa, in)
+func (s *Sender) successOn(ctx context.Context, xa *actionsv1alpha1.ExternalAction, in expr.Response) (bool, error) {
+	return successOn(ctx, s.Exprs, xa, in)
 }
 
 // exprResponse is the response as CEL sees it (successWhen, post-check): the redacted view, with the body cut
