@@ -270,6 +270,10 @@ func TestHoldSlotWaitsWithoutAWorker(t *testing.T) {
 	t.Cleanup(func() { slots = old })
 	s := newFairSlots(1)
 	s.grace = 50 * time.Millisecond
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 6, 13, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func() { mu.Lock(); now = now.Add(time.Millisecond); mu.Unlock() } // the holder is charged a slot time
 	slots = s
 	woken := make(chan string, 4)
 	wake := func(key string) func() { return func() { woken <- key } }
@@ -303,15 +307,16 @@ func TestHoldSlotWaitsWithoutAWorker(t *testing.T) {
 		close(later)
 	}()
 	queuedIn(s, 2)
-	time.Sleep(time.Millisecond) // team-a is charged its slot time: team-b's place comes before its next
+	advance() // team-a is charged its slot time: team-b's place comes before its next
 	hold()
 	if key := <-woken; key != "team-b/a" {
 		t.Fatalf("woken %s", key)
 	}
-	select {
-	case <-later:
-		t.Fatal("a later waiter took the slot held for the woken reconcile")
-	case <-time.After(10 * time.Millisecond):
+	s.mu.Lock()
+	held, waiting := s.granted["team-b/a"] != nil, s.waiting
+	s.mu.Unlock()
+	if !held || waiting != 1 {
+		t.Fatalf("after the wake: slot held for team-b/a %v, %d waiting; want it held and the later waiter still waiting", held, waiting)
 	}
 	_, release, ok = HoldSlot(context.Background(), "team-b", "team-b/a", wake("team-b/a"))
 	if !ok {
@@ -332,7 +337,7 @@ func TestHoldSlotWaitsWithoutAWorker(t *testing.T) {
 		close(next)
 	}()
 	queuedIn(s, 2)
-	time.Sleep(time.Millisecond)
+	advance()
 	hold()
 	<-woken
 	<-next // after the grace

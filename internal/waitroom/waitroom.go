@@ -316,6 +316,10 @@ func (r *Room) Wake(dest string, n int) []types.NamespacedName {
 	return out
 }
 
+// Settle waits for the wakes already on their way (the timer fired, its wakes not yet all made): a test's clock
+// step followed by Settle sees every wake that step caused.
+func (r *Room) Settle() { r.firing.Wait() }
+
 // Until returns the time key waits for, if it waits for one (ParkUntil).
 func (r *Room) Until(key types.NamespacedName) (time.Time, bool) {
 	r.mu.Lock()
