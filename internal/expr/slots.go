@@ -141,17 +141,12 @@ func (s *fairSlots) grantLocked(name string, f *flowState) func() {
 // acquire takes a slot for flow, waiting behind the flows that used less slot time, or returns ctx's error.
 func (s *fairSlots) acquire(ctx context.Context, flow string) (func(), error) {
 	s.mu.Lock()
-	f := s.flow(flow)
-	if s.used < s.size && s.waiting == 0 {
-		s.used++
-		free := s.grantLocked(flow, f)
+	w := &waiter{ch: make(chan struct{})}
+	if free := s.takeOrQueueLocked(flow, w); free != nil {
 		s.mu.Unlock()
 		return free, nil
 	}
-	s.seq++
-	w := &waiter{ch: make(chan struct{}), seq: s.seq}
-	f.queue = append(f.queue, w)
-	s.waiting++
+	f := s.flows[flow]
 	s.mu.Unlock()
 	select {
 	case <-w.ch:
@@ -237,20 +232,29 @@ func (s *fairSlots) hold(flow, key string, wake func()) (func(), bool) {
 		s.mu.Unlock()
 		return nil, false
 	}
-	f := s.flow(flow)
-	if s.used < s.size && s.waiting == 0 {
-		s.used++
-		free := s.grantLocked(flow, f)
+	w := &waiter{key: key, wake: wake}
+	if free := s.takeOrQueueLocked(flow, w); free != nil {
 		s.mu.Unlock()
 		return free, true
 	}
-	s.seq++
-	w := &waiter{seq: s.seq, key: key, wake: wake}
-	f.queue = append(f.queue, w)
-	s.waiting++
 	s.asked[key] = w
 	s.mu.Unlock()
 	return nil, false
+}
+
+// takeOrQueueLocked gives flow a free slot when nobody waits for one (its release), or queues w at the end of
+// flow's queue (nil).
+func (s *fairSlots) takeOrQueueLocked(flow string, w *waiter) func() {
+	f := s.flow(flow)
+	if s.used < s.size && s.waiting == 0 {
+		s.used++
+		return s.grantLocked(flow, f)
+	}
+	s.seq++
+	w.seq = s.seq
+	f.queue = append(f.queue, w)
+	s.waiting++
+	return nil
 }
 
 // drop is DropSlot on s.

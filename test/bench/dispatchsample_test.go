@@ -194,11 +194,7 @@ func plotDispatch(path, title string, runs []*DispatcherSamples) error {
 	if len(runs) == 0 {
 		return fmt.Errorf("plotting %s: no runs", path)
 	}
-	lines := []struct {
-		name  string
-		color color.Color
-		value func(DispatchSample) float64
-	}{
+	lines := []series[DispatchSample]{
 		{"in flight (actionledger_inflight_sends)", blue, func(s DispatchSample) float64 { return s.InFlight }},
 		{"queued (actionledger_queued_sends)", orange, func(s DispatchSample) float64 { return s.Queued }},
 		{"waiting (created − Succeeded)", green, func(s DispatchSample) float64 { return float64(s.Waiting) }},
@@ -231,18 +227,8 @@ func plotDispatch(path, title string, runs []*DispatcherSamples) error {
 				p.Legend.Add(h.name, l)
 			}
 		}
-		for _, ln := range lines {
-			xys := make(plotter.XYs, 0, len(d.Samples))
-			for _, s := range d.Samples {
-				xys = append(xys, plotter.XY{X: s.AtSeconds, Y: ln.value(s)})
-			}
-			l, err := plotter.NewLine(xys)
-			if err != nil {
-				return fmt.Errorf("plotting %s: %w", ln.name, err)
-			}
-			l.Color, l.Width = ln.color, vg.Points(1.5)
-			p.Add(l)
-			p.Legend.Add(ln.name, l)
+		if err := addLines(p, d.Samples, func(s DispatchSample) float64 { return s.AtSeconds }, lines); err != nil {
+			return err
 		}
 		rows = append(rows, []*plot.Plot{p})
 	}

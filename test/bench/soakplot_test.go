@@ -9,11 +9,32 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// soakSeries is one line of a panel: a name, a colour and the value of each sample.
-type soakSeries struct {
+// series is one line of a panel: a name, a colour and the value of each sample.
+type series[S any] struct {
 	name  string
 	color color.Color
-	value func(SoakSample) float64
+	value func(S) float64
+}
+
+// soakSeries is one line of a soak panel.
+type soakSeries = series[SoakSample]
+
+// addLines draws lines over samples on p, each sample at at(sample) seconds, with a legend entry each.
+func addLines[S any](p *plot.Plot, samples []S, at func(S) float64, lines []series[S]) error {
+	for _, ln := range lines {
+		xys := make(plotter.XYs, 0, len(samples))
+		for _, s := range samples {
+			xys = append(xys, plotter.XY{X: at(s), Y: ln.value(s)})
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return fmt.Errorf("plotting %s: %w", ln.name, err)
+		}
+		l.Color, l.Width = ln.color, vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(ln.name, l)
+	}
+	return nil
 }
 
 var (
@@ -53,18 +74,8 @@ func plotSoak(path string, r SoakResult) error {
 		p.Y.Min = 0
 		p.Legend.Top, p.Legend.Left = true, true
 		p.Add(plotter.NewGrid()) // first, so that the lines are drawn over it
-		for _, ln := range pn.lines {
-			xys := make(plotter.XYs, 0, len(r.Samples))
-			for _, s := range r.Samples {
-				xys = append(xys, plotter.XY{X: s.AtSeconds, Y: ln.value(s)})
-			}
-			l, err := plotter.NewLine(xys)
-			if err != nil {
-				return fmt.Errorf("plotting %s: %w", ln.name, err)
-			}
-			l.Color, l.Width = ln.color, vg.Points(1.5)
-			p.Add(l)
-			p.Legend.Add(ln.name, l)
+		if err := addLines(p, r.Samples, func(s SoakSample) float64 { return s.AtSeconds }, pn.lines); err != nil {
+			return err
 		}
 		rows = append(rows, []*plot.Plot{p})
 	}
