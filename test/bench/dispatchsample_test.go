@@ -133,48 +133,37 @@ func fmtShare(s *float64) string {
 
 // dispatchSampler takes dispatcher samples of one manager run until stop.
 type dispatchSampler struct {
-	done, stopped chan struct{}
-	mu            sync.Mutex
-	samples       []DispatchSample
-	errs          int
+	*sampling
+	mu      sync.Mutex
+	samples []DispatchSample
+	errs    int
 }
 
 // sampleDispatcher samples the manager p every dispatchSamplePeriod from now on: its gauges at the Destination
 // whose metrics label is dest ("Destination/<namespace>/<name>"), and waiting() (the actions not yet Succeeded),
 // with times since start.
 func sampleDispatcher(p *proc, dest string, start time.Time, waiting func() int) *dispatchSampler {
-	s := &dispatchSampler{done: make(chan struct{}), stopped: make(chan struct{})}
+	s := &dispatchSampler{}
 	want := `destination="` + dest + `"`
-	go func() {
-		defer close(s.stopped)
-		tick := time.NewTicker(dispatchSamplePeriod)
-		defer tick.Stop()
-		for {
-			at, w := time.Since(start).Seconds(), waiting()
-			m, err := p.scrape()
-			s.mu.Lock()
-			if err != nil {
-				s.errs++
-			} else {
-				s.samples = append(s.samples, DispatchSample{AtSeconds: at, Waiting: w,
-					InFlight: sum(m, "actionledger_inflight_sends", want), Queued: sum(m, "actionledger_queued_sends", want),
-					Parked: sum(m, "actionledger_waiting_requests", want, `capacity="slot"`)})
-			}
-			s.mu.Unlock()
-			select {
-			case <-s.done:
-				return
-			case <-tick.C:
-			}
+	s.sampling = sampleEvery(dispatchSamplePeriod, func() {
+		at, w := time.Since(start).Seconds(), waiting()
+		m, err := p.scrape()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil {
+			s.errs++
+			return
 		}
-	}()
+		s.samples = append(s.samples, DispatchSample{AtSeconds: at, Waiting: w,
+			InFlight: sum(m, "actionledger_inflight_sends", want), Queued: sum(m, "actionledger_queued_sends", want),
+			Parked: sum(m, "actionledger_waiting_requests", want, `capacity="slot"`)})
+	})
 	return s
 }
 
 // stop ends the sampling and returns the run's record against limit.
 func (s *dispatchSampler) stop(limit int) *DispatcherSamples {
-	close(s.done)
-	<-s.stopped
+	s.end()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return summarizeDispatch(s.samples, limit, s.errs)

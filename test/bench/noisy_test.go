@@ -250,24 +250,18 @@ func writeNoisy(t *testing.T, res NoisyResult) {
 	t.Logf("wrote %s", out)
 }
 
-// rssSampler samples the manager process's RSS every 250 ms until stop, which returns the largest, in bytes.
-type rssSampler struct {
-	done, stopped chan struct{}
-	mu            sync.Mutex
-	peak          float64
-}
+// sampling calls its function now and every period until end, which waits for the last call to return.
+type sampling struct{ done, stopped chan struct{} }
 
-func sampleRSS(p *proc) *rssSampler {
-	s := &rssSampler{done: make(chan struct{}), stopped: make(chan struct{})}
+// sampleEvery starts calling f every period.
+func sampleEvery(period time.Duration, f func()) *sampling {
+	s := &sampling{done: make(chan struct{}), stopped: make(chan struct{})}
 	go func() {
 		defer close(s.stopped)
-		tick := time.NewTicker(250 * time.Millisecond)
+		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
-			r := p.rss()
-			s.mu.Lock()
-			s.peak = max(s.peak, r)
-			s.mu.Unlock()
+			f()
 			select {
 			case <-s.done:
 				return
@@ -278,9 +272,32 @@ func sampleRSS(p *proc) *rssSampler {
 	return s
 }
 
-func (s *rssSampler) stop() float64 {
+// end stops the calls and waits for the last one.
+func (s *sampling) end() {
 	close(s.done)
 	<-s.stopped
+}
+
+// rssSampler samples the manager process's RSS every 250 ms until stop, which returns the largest, in bytes.
+type rssSampler struct {
+	*sampling
+	mu   sync.Mutex
+	peak float64
+}
+
+func sampleRSS(p *proc) *rssSampler {
+	s := &rssSampler{}
+	s.sampling = sampleEvery(250*time.Millisecond, func() {
+		r := p.rss()
+		s.mu.Lock()
+		s.peak = max(s.peak, r)
+		s.mu.Unlock()
+	})
+	return s
+}
+
+func (s *rssSampler) stop() float64 {
+	s.end()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peak
@@ -288,9 +305,9 @@ func (s *rssSampler) stop() float64 {
 
 // metricSampler samples the manager's gauges every second until stop, which returns the largest of each.
 type metricSampler struct {
-	done, stopped chan struct{}
-	mu            sync.Mutex
-	peak          map[string]float64
+	*sampling
+	mu   sync.Mutex
+	peak map[string]float64
 }
 
 // managerGauges are the gauges metricSampler reads: name -> metric and label filter.
@@ -305,36 +322,27 @@ var managerGauges = map[string][2]string{
 }
 
 func sampleMetrics(p *proc) *metricSampler {
-	s := &metricSampler{done: make(chan struct{}), stopped: make(chan struct{}), peak: map[string]float64{}}
-	go func() {
-		defer close(s.stopped)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			if m, err := p.scrape(); err == nil {
-				s.mu.Lock()
-				for k, g := range managerGauges {
-					v := sum(m, g[0], g[1])
-					if k == "heapInuseMiB" {
-						v /= 1 << 20
-					}
-					s.peak[k] = max(s.peak[k], v)
-				}
-				s.mu.Unlock()
-			}
-			select {
-			case <-s.done:
-				return
-			case <-tick.C:
-			}
+	s := &metricSampler{peak: map[string]float64{}}
+	s.sampling = sampleEvery(time.Second, func() {
+		m, err := p.scrape()
+		if err != nil {
+			return
 		}
-	}()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for k, g := range managerGauges {
+			v := sum(m, g[0], g[1])
+			if k == "heapInuseMiB" {
+				v /= 1 << 20
+			}
+			s.peak[k] = max(s.peak[k], v)
+		}
+	})
 	return s
 }
 
 func (s *metricSampler) stop() map[string]float64 {
-	close(s.done)
-	<-s.stopped
+	s.end()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peak
