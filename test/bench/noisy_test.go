@@ -103,13 +103,17 @@ func TestBenchmarkNoisy(t *testing.T) {
 	qprof := startNamedProfile(t, e, "noisy-quiet-", n, pprofURL)
 	quiet, err := noisy.TeamB(ctx, wc, nsB, "payments", "quiet", n, rate, 3*time.Minute)
 	quietRSS := rss.stop()
-	if tracing {
-		qc1 := sampleCPU(p.cmd.Process.Pid)
-		qm1, _ := p.scrape()
-		logCPU(t, "quiet", qc0, qc1)
-		logHists(t, "quiet", qm0, qm1)
-		stageBreakdown(t, "quiet", quiet, srvB, nsB, time.Duration(latMs)*time.Millisecond)
+	traceEnd := func(label string, c0 cpuSample, m0 map[string]float64, run noisy.Result) {
+		if !tracing {
+			return
+		}
+		c1 := sampleCPU(p.cmd.Process.Pid)
+		m1, _ := p.scrape()
+		logCPU(t, label, c0, c1)
+		logHists(t, label, m0, m1)
+		stageBreakdown(t, label, run, srvB, nsB, time.Duration(latMs)*time.Millisecond)
 	}
+	traceEnd("quiet", qc0, qm0, quiet)
 	qprof.finish(t, e)
 	t.Logf("noisy: team-b alone: %s; manager peak RSS %.1f MiB", quiet, quietRSS/(1<<20))
 	if err != nil {
@@ -152,13 +156,7 @@ func TestBenchmarkNoisy(t *testing.T) {
 		}()
 	}
 	loud, err := noisy.TeamB(ctx, wc, nsB, "payments", "noisy", n, rate, 4*time.Minute)
-	if tracing {
-		nc1 := sampleCPU(p.cmd.Process.Pid)
-		nm1, _ := p.scrape()
-		logCPU(t, "noisy", nc0, nc1)
-		logHists(t, "noisy", nm0, nm1)
-		stageBreakdown(t, "noisy", loud, srvB, nsB, time.Duration(latMs)*time.Millisecond)
-	}
+	traceEnd("noisy", nc0, nm0, loud)
 	nprof.finish(t, e)
 	stopSelf()
 	teamA := a.Stop()
