@@ -126,8 +126,9 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 		"Requests in flight to all destinations at once (each destination also has spec.concurrency.maxInFlight). "+
 			"Sends do not hold reconcile workers.")
 	fs.IntVar(&f.evaluationSlots, "evaluation-slots", 0, "Expressions (successWhen, outputs, post-checks) evaluated "+
-		"at once; the others wait for a slot, served round-robin over namespaces (docs/security.md). 0: GOMAXPROCS, "+
-		"which follows the container's CPU limit (the node's core count without one).")
+		"at once; the others wait for a slot, served to the namespace that used the least slot time (docs/security.md). "+
+		"A quick successWhen or post-check (no comprehension, no matches, estimated cost at most 1,000) takes no slot. "+
+		"0: half of GOMAXPROCS (at least 1), which follows the container's CPU limit (the node's core count without one).")
 	fs.Int64Var(&f.memoryBudget, "memory-budget", 0, "Bytes that tenants' traffic may make the manager hold at once: "+
 		"the evaluations' heaps (--evaluation-slots times 16 MiB, at most half; the slots are cut to fit), then the "+
 		"bodies of the sends in flight and the windows of decoders, one namespace at most half of those. A send whose "+

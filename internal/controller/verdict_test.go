@@ -33,8 +33,15 @@ func TestSuccessWhenNotEvaluatedWaitsForItsVerdict(t *testing.T) {
 
 	release := occupySlots(t)
 	xa := envtestutil.Action(ns, "charge-1", "payments", "/charges", `{"amount":100}`)
-	xa.Spec.SuccessWhen = "response.statusCode == 201"
+	// A comprehension: the evaluation takes a slot (`response.statusCode == 201` is quick and takes none).
+	xa.Spec.SuccessWhen = "[201].exists(c, c == response.statusCode)"
 	env.Create(t, xa)
+	// A quick successWhen is judged at once beside the held slots (expr.QuickCost): one tenant's admitted
+	// expressions, however many, never hold back another's one-comparison verdict.
+	quick := envtestutil.Action(ns, "charge-quick", "payments", "/charges", `{"amount":100}`)
+	quick.Spec.SuccessWhen = "response.statusCode == 201"
+	env.Create(t, quick)
+	env.WaitPhase(t, ns, "charge-quick", actionsv1alpha1.PhaseSucceeded, 30*time.Second)
 
 	pending := env.WaitFor(t, ns, "charge-1", 30*time.Second, "reason VerdictPending", func(x *actionsv1alpha1.ExternalAction) bool {
 		return condition(x, actionsv1alpha1.ConditionReconciling).Reason == actionsv1alpha1.ReasonVerdictPending

@@ -75,19 +75,20 @@ var (
 // ErrTooExpensive marks an expression refused at compile because its estimated cost exceeds CostLimit.
 var ErrTooExpensive = errors.New("expression is too expensive")
 
-// checkCost refuses checked when its estimated worst-case cost over sizes exceeds CostLimit.
-func checkCost(e *cel.Env, checked *cel.Ast, sizes Sizes, regexes map[string]int) error {
+// checkCost returns the estimated worst-case cost of checked over sizes (cost units), and refuses it when that
+// exceeds CostLimit.
+func checkCost(e *cel.Env, checked *cel.Ast, sizes Sizes, regexes map[string]int) (uint64, error) {
 	est, err := e.EstimateCost(checked, &estimator{sizes: sizes, regexes: regexes})
 	if err != nil {
-		return fmt.Errorf("estimating the cost of the expression: %w", err)
+		return 0, fmt.Errorf("estimating the cost of the expression: %w", err)
 	}
 	if est.Max > CostLimit {
-		return fmt.Errorf("%w: its estimated cost over a response body of up to %d bytes and headers of up to %d "+
+		return 0, fmt.Errorf("%w: its estimated cost over a response body of up to %d bytes and headers of up to %d "+
 			"values of %d bytes is %s, over the budget of %d; iterate over smaller parts of the response, and avoid "+
 			"building strings or lists that grow with each step", ErrTooExpensive, sizes.BodyBytes, maxHeaders,
 			maxHeaderValueBytes, costText(est.Max), CostLimit)
 	}
-	return nil
+	return est.Max, nil
 }
 
 // costText writes an estimate for users ("more than 10^18" for an unbounded one).

@@ -41,6 +41,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -99,6 +100,8 @@ type Response struct {
 type Program struct {
 	src string
 	prg cel.Program
+	// quick: it runs without an evaluation slot (QuickCost).
+	quick bool
 }
 
 // Source returns the expression the program was compiled from.
@@ -141,7 +144,7 @@ func programOptions(sizes Sizes, regexes map[string]int) []cel.ProgramOption {
 //
 // and an expression whose estimated cost over PredicateSizes exceeds CostLimit is refused (ErrTooExpensive).
 func Compile(src string) (*Program, error) {
-	e, ast, regexes, err := parse(src, PredicateSizes)
+	e, ast, regexes, cost, err := parse(src, PredicateSizes)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +157,7 @@ func Compile(src string) (*Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid expression: %w", err)
 	}
-	return &Program{src: src, prg: prg}, nil
+	return &Program{src: src, prg: prg, quick: quick(ast, regexes, cost)}, nil
 }
 
 // Eval returns the predicate's value for r. Runtime errors (a missing key, a
@@ -173,7 +176,7 @@ func (p *Program) EvalContext(ctx context.Context, r Response) (ok bool, err err
 			ok, err = false, &EvalError{Kind: kindInternal}
 		}
 	}()
-	ctx, release, err := slot(ctx)
+	ctx, release, err := slot(ctx, p.quick)
 	if err != nil {
 		return false, err
 	}
@@ -314,7 +317,7 @@ func (p *ValueProgram) Source() string { return p.src }
 // Compile, over a response of ValueSizes. Errors are meant for users, as Compile's are (an expression too
 // expensive over ValueSizes is refused, ErrTooExpensive).
 func CompileValue(src string) (*ValueProgram, error) {
-	e, ast, regexes, err := parse(src, ValueSizes)
+	e, ast, regexes, _, err := parse(src, ValueSizes)
 	if err != nil {
 		return nil, err
 	}
@@ -338,7 +341,7 @@ func (p *ValueProgram) EvalString(ctx context.Context, r Response) (s string, er
 			s, err = "", &EvalError{Kind: kindInternal}
 		}
 	}()
-	ctx, release, err := slot(ctx)
+	ctx, release, err := slot(ctx, false)
 	if err != nil {
 		return "", err
 	}
@@ -389,10 +392,38 @@ func checkValueSize(n int) error {
 	return nil
 }
 
+// QuickCost is the estimated worst-case cost (cost units, over PredicateSizes) at or under which a predicate
+// (Program: successWhen, a post-check's applied and notApplied) without comprehensions (all, exists, map, filter
+// ...) and without matches is quick: it runs at once, without an evaluation slot. `response.statusCode == 201`
+// is 3; a comparison of a body field and a header, 7. Without loops every node of the expression runs once, so
+// its time follows its cost and its 4 KiB input (docs/security.md, BenchmarkQuickEvaluation), less than a wait
+// for a slot costs to keep. Output values (ValueProgram) always take a slot: their input is up to 256 KiB and
+// their result is encoded, which costs with the body, not with the expression. A slot would bound nothing there; it
+// would only put one tenant's one-comparison verdict behind another tenant's admitted expressions, each up to
+// EvalTimeout (issue 40 item 6). What a tenant can make the manager spend on quick evaluations is bounded by what
+// it can make it send: one evaluation per response.
+const QuickCost = 1_000
+
+// quick reports whether an expression whose estimated cost is cost runs without a slot (QuickCost).
+func quick(ast *cel.Ast, regexes map[string]int, cost uint64) bool {
+	if cost > QuickCost || len(regexes) > 0 {
+		return false
+	}
+	loops := false
+	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		loops = loops || e.Kind() == celast.ComprehensionKind
+	}))
+	return !loops
+}
+
 // slot waits at most SlotWait (and while ctx lasts) for an evaluation slot, then gives the evaluation its own
 // EvalTimeout from that moment: the returned context, and release, which frees the slot and the timer. A slot
-// not had in time is an EvalError that is Unfinished.
-func slot(ctx context.Context) (context.Context, func(), error) {
+// not had in time is an EvalError that is Unfinished. A quick expression's evaluation (QuickCost) takes no slot.
+func slot(ctx context.Context, quick bool) (context.Context, func(), error) {
+	if quick {
+		evalCtx, cancel := context.WithTimeout(ctx, EvalTimeout)
+		return evalCtx, cancel, nil
+	}
 	waitCtx, cancelWait := context.WithTimeout(ctx, SlotWait)
 	free, err := acquire(waitCtx)
 	cancelWait()
@@ -493,36 +524,36 @@ func DefaultSuccess(code int) bool {
 
 // parse checks src's size, compiles it (parse and type-check) in the shared environment, checks the patterns
 // of matches (regexPatterns, whose program sizes it returns), that every call has a price (unpricedCall), the
-// iterations of its comprehensions (checkIterations) and its estimated cost over sizes; errors are meant for
-// users (an empty or too long expression, the CEL message with line:column, a pattern refused, or
-// ErrTooExpensive).
-func parse(src string, sizes Sizes) (*cel.Env, *cel.Ast, map[string]int, error) {
+// iterations of its comprehensions (checkIterations) and its estimated cost over sizes, which it returns (cost
+// units); errors are meant for users (an empty or too long expression, the CEL message with line:column, a
+// pattern refused, or ErrTooExpensive).
+func parse(src string, sizes Sizes) (e *cel.Env, ast *cel.Ast, regexes map[string]int, cost uint64, err error) {
 	if strings.TrimSpace(src) == "" {
-		return nil, nil, nil, errors.New("expression is empty")
+		return nil, nil, nil, 0, errors.New("expression is empty")
 	}
 	if len(src) > MaxSourceLength {
-		return nil, nil, nil, fmt.Errorf("expression is too long: %d bytes, limit %d", len(src), MaxSourceLength)
+		return nil, nil, nil, 0, fmt.Errorf("expression is too long: %d bytes, limit %d", len(src), MaxSourceLength)
 	}
-	e, err := env()
+	e, err = env()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("creating CEL environment: %w", err)
+		return nil, nil, nil, 0, fmt.Errorf("creating CEL environment: %w", err)
 	}
 	ast, iss := e.Compile(src)
 	if iss.Err() != nil {
-		return nil, nil, nil, fmt.Errorf("invalid expression: %w", iss.Err())
+		return nil, nil, nil, 0, fmt.Errorf("invalid expression: %w", iss.Err())
 	}
 	if err := unpricedCall(ast); err != nil {
-		return nil, nil, nil, fmt.Errorf("invalid expression: %w", err)
+		return nil, nil, nil, 0, fmt.Errorf("invalid expression: %w", err)
 	}
-	regexes, err := regexPatterns(ast)
+	regexes, err = regexPatterns(ast)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("invalid expression: %w", err)
+		return nil, nil, nil, 0, fmt.Errorf("invalid expression: %w", err)
 	}
 	if err := checkIterations(ast, sizes); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, 0, err
 	}
-	if err := checkCost(e, ast, sizes, regexes); err != nil {
-		return nil, nil, nil, err
+	if cost, err = checkCost(e, ast, sizes, regexes); err != nil {
+		return nil, nil, nil, 0, err
 	}
-	return e, ast, regexes, nil
+	return e, ast, regexes, cost, nil
 }

@@ -15,7 +15,7 @@ import (
 // 12), and so are its deadline and cancellation, while an expression's own runtime error and the cost limit are
 // not. The evaluation's own EvalTimeout starts once it has a slot: a wait behind other evaluations does not eat it.
 func TestSlotWaitIsUnfinishedAndApartFromTheEvaluation(t *testing.T) {
-	p, err := Compile(`response.statusCode == 201`)
+	p, err := Compile(slotted) // `response.statusCode == 201` is quick and takes no slot
 	if err != nil {
 		t.Fatal(err)
 	}

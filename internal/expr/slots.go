@@ -31,9 +31,14 @@ import (
 // BenchmarkBombHeap), so 16 MiB leaves room for what was not found.
 const HeapBound = 16 << 20
 
-// DefaultSlots is the number of evaluation slots when SetSlots was not called: GOMAXPROCS, which since Go 1.25
-// follows the container's CPU limit (and is the node's core count when none is set).
-func DefaultSlots() int { return max(runtime.GOMAXPROCS(0), 1) }
+// DefaultSlots is the number of evaluation slots when SetSlots was not called: half of GOMAXPROCS (at least 1),
+// which since Go 1.25 follows the container's CPU limit (and is the node's core count when none is set). Tenants'
+// slotted expressions so get at most half of the manager's CPU, and the other half serves what every tenant
+// needs: the reconciles, the status writes, the sends and the quick verdicts (QuickCost). With every core a
+// slot, one tenant's admitted expressions took both cores of a 2-core node, and another tenant's p99 from create
+// to Succeeded, alone 84 to 96 ms, was 182 and 735 ms beside them; with half, 134 to 444 ms (issue 40 item 6,
+// docs/benchmarks.md).
+func DefaultSlots() int { return max(runtime.GOMAXPROCS(0)/2, 1) }
 
 var slots = newFairSlots(DefaultSlots())
 

@@ -28,7 +28,8 @@ func TestUnfinishedSuccessWhenIsUnjudgedThenJudgedFromStatus(t *testing.T) {
 	xa.Spec.Request = actionsv1alpha1.ActionRequest{Method: http.MethodPost, Path: "/charges"}
 	xa.Status.Claim = &actionsv1alpha1.AttemptClaim{Attempt: 1, Holder: "h", StartedAt: metav1.NewTime(now),
 		ExpiresAt: metav1.NewTime(now.Add(time.Minute))}
-	xa.Spec.SuccessWhen = `response.statusCode == 201 && response.headers["x-charge"] == "ch_1"`
+	// A comprehension, so that the evaluation takes a slot (expr.QuickCost).
+	xa.Spec.SuccessWhen = `[201].exists(c, c == response.statusCode) && response.headers["x-charge"] == "ch_1"`
 	resp := &httpexec.Response{StatusCode: 201, Header: http.Header{"X-Charge": {"ch_1"}}, Body: []byte(`{"id":"ch_1"}`)}
 	env := ledger.Env{Policy: retry.Policy{RetryOnStatus: retry.DefaultRetryOnStatus()}}
 
@@ -76,7 +77,7 @@ func TestUnfinishedSuccessWhenIsUnjudgedThenJudgedFromStatus(t *testing.T) {
 func TestPostCheckNeverNotAppliedWhileAppliedIsUnevaluated(t *testing.T) {
 	s := &Sender{Exprs: expr.NewCache(8)}
 	dest := &destination.Resolved{Spec: &actionsv1alpha1.DestinationSpec{
-		Reconciliation: &actionsv1alpha1.ReconciliationCheck{Applied: `response.body.state == "paid"`, NotApplied: `response.statusCode == 200`}}}
+		Reconciliation: &actionsv1alpha1.ReconciliationCheck{Applied: `["paid"].exists(s, s == response.body.state)`, NotApplied: `response.statusCode == 200`}}}
 	answer := httpexec.Result{Response: &httpexec.Response{StatusCode: 200, Header: http.Header{}, Body: []byte(`{"state":"paid"}`)}}
 	release := expr.Occupy()
 	got := s.verdict(dest, answer, nil, "ns")

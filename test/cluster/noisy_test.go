@@ -30,8 +30,8 @@ const (
 	noisyRate  = 20
 )
 
-// testNoisyNeighbour is issue 40 item 6 on the installed product, under the chart's 512Mi memory limit and its 2
-// evaluation slots: team-b sends noisyTeamB actions, noisyRate a second, to its destination (POST answered 201
+// testNoisyNeighbour is issue 40 item 6 on the installed product, under the chart's 512Mi memory limit and its
+// evaluation slots (half the node's cores: 1 on the 2-core node here): team-b sends noisyTeamB actions, noisyRate a second, to its destination (POST answered 201
 // after 50 ms, successWhen `response.statusCode == 201`) quiet, then again while team-a runs every shape of
 // test/noisy at its maximum (noisy.FullLoad): the refused expressions (each must be refused before anything is
 // sent, with a message naming the field and the compiler's error), the worst admitted predicates over 4 KiB bodies
