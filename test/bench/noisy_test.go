@@ -115,7 +115,9 @@ func TestBenchmarkNoisy(t *testing.T) {
 		m1, _ := p.scrape()
 		logCPU(t, label, c0, c1)
 		logHists(t, label, m0, m1)
-		stageBreakdown(t, label, run, srvB, nsB, time.Duration(latMs)*time.Millisecond)
+		for _, l := range noisy.Stages(run, nsB, time.Duration(latMs)*time.Millisecond, srvB.Arrivals) {
+			t.Logf("trace %s: %s", label, l)
+		}
 	}
 	traceEnd("quiet", qc0, qm0, quiet)
 	qprof.finish(t, e)

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -12,78 +11,11 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
-	"github.com/actionledger/actionledger/test/destination"
-	"github.com/actionledger/actionledger/test/noisy"
 )
 
 // The noisy part's diagnosis (BENCH_NOISY_TRACE=1): where team-b's create -> Succeeded goes, stage by stage, the
 // CPU each process of the run used, the manager's histograms over each team-b run and, with BENCH_PROFILE_DIR,
 // CPU profiles of the manager, the API server and this test process over each team-b run.
-
-// stageBreakdown logs the quantiles of each stage of team-b's actions: create (the create call), toRequest (create
-// began -> the request reached the destination), answerToSeen (the destination's answer, At + latency -> the
-// Succeeded watch event), claimSeen (create began -> the first event with an attempt), and the slowest timelines.
-func stageBreakdown(t *testing.T, run string, r noisy.Result, srv *destination.Server, ns string, lat time.Duration) {
-	t.Helper()
-	stages := map[string][]float64{}
-	type slow struct {
-		name  string
-		total float64
-		line  string
-	}
-	var slows []slow
-	for name, tr := range r.Traces {
-		recs := srv.RequestLog(ns + "/" + name)
-		var succ time.Time
-		var claim time.Time
-		for _, ev := range tr.Events {
-			if claim.IsZero() && ev.Attempts > 0 {
-				claim = ev.At
-			}
-			if ev.Phase == actionsv1alpha1.PhaseSucceeded {
-				succ = ev.At
-			}
-		}
-		if succ.IsZero() || len(recs) == 0 || tr.Sent.IsZero() {
-			continue
-		}
-		ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
-		req := recs[0].At
-		stages["1 create call"] = append(stages["1 create call"], ms(tr.Created.Sub(tr.Sent)))
-		stages["2 create returned -> ADDED seen"] = append(stages["2 create returned -> ADDED seen"], ms(tr.Events[0].At.Sub(tr.Created)))
-		stages["3 create began -> request at destination"] = append(stages["3 create began -> request at destination"], ms(req.Sub(tr.Sent)))
-		if !claim.IsZero() {
-			stages["4 create began -> first event with an attempt"] = append(stages["4 create began -> first event with an attempt"], ms(claim.Sub(tr.Sent)))
-		}
-		stages["5 answer (request + latency) -> Succeeded seen"] = append(stages["5 answer (request + latency) -> Succeeded seen"], ms(succ.Sub(req.Add(lat))))
-		stages["6 total"] = append(stages["6 total"], ms(succ.Sub(tr.Sent)))
-		stages["7 watch events per action"] = append(stages["7 watch events per action"], float64(len(tr.Events)))
-		var b strings.Builder
-		fmt.Fprintf(&b, "created +%.0f", ms(tr.Created.Sub(tr.Sent)))
-		for _, ev := range tr.Events {
-			fmt.Fprintf(&b, ", %s %s a%d +%.0f", ev.Type, ev.Phase, ev.Attempts, ms(ev.At.Sub(tr.Sent)))
-		}
-		fmt.Fprintf(&b, "; request at +%.0f", ms(req.Sub(tr.Sent)))
-		slows = append(slows, slow{name, ms(succ.Sub(tr.Sent)), b.String()})
-	}
-	keys := make([]string, 0, len(stages))
-	for k := range stages {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v := stages[k]
-		slices.Sort(v)
-		q := func(p float64) float64 { return v[min(max(int(p*float64(len(v))+0.5)-1, 0), len(v)-1)] }
-		t.Logf("trace %s: %-48s n=%d p50 %.0f p90 %.0f p99 %.0f max %.0f ms", run, k, len(v), q(0.5), q(0.9), q(0.99), q(1))
-	}
-	slices.SortFunc(slows, func(x, y slow) int { return cmp.Compare(y.total, x.total) })
-	for _, s := range slows[:min(len(slows), 6)] {
-		t.Logf("trace %s: slow %s total %.0f ms: %s", run, s.name, s.total, s.line)
-	}
-}
 
 // cpuSample is the CPU time (user+system, seconds) of each process of interest, and the machine's.
 type cpuSample struct {

@@ -281,6 +281,19 @@ func (s *Server) RequestLog(key string) []Received {
 	return out
 }
 
+// Arrivals returns the times the requests for key arrived, in arrival order (noisy.Stages).
+func (s *Server) Arrivals(key string) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []time.Time
+	if ks := s.keys[key]; ks != nil {
+		for _, r := range ks.log {
+			out = append(out, r.At)
+		}
+	}
+	return out
+}
+
 // Summary returns the counts over every key.
 func (s *Server) Summary() Summary {
 	s.mu.Lock()
