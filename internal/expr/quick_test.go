@@ -81,6 +81,8 @@ func BenchmarkQuickEvaluation(b *testing.B) {
 		{"status", `response.statusCode == 201`, `{}`, nil},
 		{"many-values", `response.statusCode == 201 && size(response.body) > 0`, many, nil},
 		{"long-string", `response.body.s.startsWith("a") && response.body.s.endsWith("a") && response.body.s.contains("b")`, str, nil},
+		// indexOf and lastIndexOf convert the string to runes each: the slowest per cost unit found.
+		{"index-of", `response.body.s.indexOf("b") > 0 && response.body.s.lastIndexOf("b") > 0`, str, nil},
 		{"invalid-utf8", `response.statusCode == 201`, `{"s":"` + strings.Repeat("\xff", 4086) + `"}`, nil},
 		{"headers", `response.headers["x-h00"] == response.headers["x-h63"]`, `{}`, hdr},
 	}
