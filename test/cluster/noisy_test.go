@@ -130,9 +130,12 @@ func testNoisyNeighbour(t *testing.T, p *product) {
 	}
 	t.Logf("cluster: noisy neighbour: team-b p50 %.3fs quiet, %.3fs beside team-a; p99 %.3fs quiet, %.3fs beside team-a: %.2fx (goal <= 2x)",
 		quiet.Quantile(0.5), loud.Quantile(0.5), quiet.Quantile(0.99), loud.Quantile(0.99), ratio)
-	for label, run := range map[string]noisy.Result{"quiet": quiet, "beside team-a": loud} {
-		for _, l := range noisy.Stages(run, nsB, 50*time.Millisecond, srvB.Arrivals) {
-			t.Logf("cluster: noisy neighbour: team-b %s: %s", label, l)
+	for _, run := range []struct {
+		label string
+		r     noisy.Result
+	}{{"quiet", quiet}, {"beside team-a", loud}} {
+		for _, l := range noisy.Stages(run.r, nsB, 50*time.Millisecond, srvB.Arrivals) {
+			t.Logf("cluster: noisy neighbour: team-b %s: %s", run.label, l)
 		}
 	}
 

@@ -25,7 +25,6 @@ func Stages(r Result, ns string, latency time.Duration, arrived func(key string)
 		line  string
 	}
 	var slows []slow
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	add := func(k string, v float64) { stages[k] = append(stages[k], v) }
 	for name, tr := range r.Traces {
 		recs := arrived(ns + "/" + name)
@@ -71,7 +70,6 @@ func Stages(r Result, ns string, latency time.Duration, arrived func(key string)
 // timeline is one action's trace as a line: the create call, each watch event and the request's arrival, in ms
 // from the create's start.
 func timeline(tr *Trace, req time.Time) string {
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	var b strings.Builder
 	fmt.Fprintf(&b, "created +%.0f", ms(tr.Created.Sub(tr.Sent)))
 	for _, ev := range tr.Events {
@@ -80,3 +78,6 @@ func timeline(tr *Trace, req time.Time) string {
 	fmt.Fprintf(&b, "; request at +%.0f", ms(req.Sub(tr.Sent)))
 	return b.String()
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
