@@ -31,6 +31,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/actionledger/actionledger/internal/fairqueue"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -451,6 +455,10 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(outputs.ActionOf), builder.OnlyMetadata).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(outputs.ActionOf), builder.OnlyMetadata).
 		Named("externalaction").
-		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: &r.Options.SkipNameValidation}).
+		// The workers are shared by every namespace: each gets a fair share of them (internal/fairqueue).
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: &r.Options.SkipNameValidation,
+			NewQueue: fairqueue.NewQueue(workers, func(o *priorityqueue.Opts[reconcile.Request]) {
+				o.Log = mgr.GetLogger().WithValues("controller", "externalaction")
+			})}).
 		Complete(r)
 }

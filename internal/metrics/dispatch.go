@@ -34,3 +34,13 @@ var (
 func init() {
 	ctrlmetrics.Registry.MustRegister(InFlightSends, QueuedSends, WaitingRequests)
 }
+
+// ReconcilesParked is the number of ExternalAction reconcile requests held back in their namespace's backlog
+// because the namespace has its fair share of the reconcile workers' queue admitted (internal/fairqueue). A
+// namespace's burst shows here, not in workqueue_depth, while other namespaces' requests go ahead of it.
+var ReconcilesParked = prometheus.NewGauge(prometheus.GaugeOpts{
+	Name: "actionledger_reconciles_parked",
+	Help: "ExternalAction reconcile requests held in their namespace's backlog for the workqueue's fair share per namespace.",
+})
+
+func init() { ctrlmetrics.Registry.MustRegister(ReconcilesParked) }

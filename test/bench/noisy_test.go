@@ -94,7 +94,11 @@ func TestBenchmarkNoisy(t *testing.T) {
 		s.Timeout = &metav1.Duration{Duration: 30 * time.Second}
 	})
 	pprofArgs, pprofURL := managerPprofArgs(t, bin)
-	p := startManager(t, e, bin, dir, intEnv("BENCH_RECONCILES", 16), append(pprofArgs, fmt.Sprintf("--evaluation-slots=%d", slots))...)
+	logDir := dir // with BENCH_PROFILE_DIR the manager's log is kept there, beside the profiles
+	if d := os.Getenv("BENCH_PROFILE_DIR"); d != "" && pprofURL != "" {
+		logDir = d
+	}
+	p := startManager(t, e, bin, logDir, intEnv("BENCH_RECONCILES", 16), append(pprofArgs, fmt.Sprintf("--evaluation-slots=%d", slots))...)
 	tracing := os.Getenv("BENCH_NOISY_TRACE") != ""
 	defer p.stop()
 	load := loadavg()
@@ -107,7 +111,7 @@ func TestBenchmarkNoisy(t *testing.T) {
 	qprof := startNamedProfile(t, e, "noisy-quiet-", n, pprofURL)
 	quiet, err := noisy.TeamB(ctx, wc, nsB, "payments", "quiet", n, rate, 3*time.Minute)
 	quietRSS := rss.stop()
-	traceEnd := func(label string, c0 cpuSample, m0 map[string]float64, run noisy.Result) {
+	traceEnd := func(label string, c0 noisy.CPUSample, m0 map[string]float64, run noisy.Result) {
 		if !tracing {
 			return
 		}
@@ -154,6 +158,9 @@ func TestBenchmarkNoisy(t *testing.T) {
 		stopSelf = selfProfile(t, filepath.Join(d, "noisy-loud-test-"+time.Now().UTC().Format("150405")+".pprof"))
 	}
 	if d := os.Getenv("BENCH_PROFILE_DIR"); d != "" && pprofURL != "" {
+		go func() { // the manager's execution trace over team-b's run's first 10 s (go tool trace)
+			_ = fetchTo(pprofURL+"/debug/pprof/trace?seconds=10", filepath.Join(d, "noisy-loud-exec.trace"), time.Minute)
+		}()
 		go func() { // the manager's goroutines, 3, 6 and 9 s into team-b's run
 			for i := 1; i <= 3; i++ {
 				time.Sleep(3 * time.Second)

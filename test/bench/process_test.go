@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actionledger/actionledger/test/noisy"
+
 	"github.com/actionledger/actionledger/test/envtestutil"
 )
 
@@ -178,31 +180,13 @@ func (p *proc) stop() {
 func (p *proc) scrape() (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.metrics, nil)
-	resp, err := http.DefaultClient.Do(req)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.metrics, nil) //nolint:gosec // the bench's own manager, on loopback
+	resp, err := http.DefaultClient.Do(req)                                   //nolint:gosec // the same URL
 	if err != nil {
 		return nil, fmt.Errorf("scraping %s: %w", p.metrics, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndex(line, " ")
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
+	return noisy.ParseMetrics(resp.Body)
 }
 
 // sum adds every series of metric whose labels contain all of want.

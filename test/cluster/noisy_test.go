@@ -63,7 +63,10 @@ func testNoisyNeighbour(t *testing.T, p *product) {
 		t.Fatal(err)
 	}
 	p.waitDestinationReady(t, nsB, "payments")
+	scrape := p.metricsScraper(t)
+	qm0, qc0 := scrape(), nodeCPU()
 	quiet, err := noisy.TeamB(ctx, wc, nsB, "payments", "quiet", noisyTeamB, noisyRate, 3*time.Minute)
+	qm1, qc1 := scrape(), nodeCPU()
 	t.Logf("cluster: noisy neighbour: team-b quiet: %s", quiet)
 	if err != nil {
 		t.Fatalf("team-b quiet: %v", err)
@@ -100,7 +103,9 @@ func testNoisyNeighbour(t *testing.T, p *product) {
 	warm := time.Now()
 	swing := srvA.WaitBurst(load, time.Minute)
 	t.Logf("cluster: noisy neighbour: team-a in full swing after %.1fs (%v)", time.Since(warm).Seconds(), swing)
+	lm0, lc0 := scrape(), nodeCPU()
 	loud, err := noisy.TeamB(ctx, wc, nsB, "payments", "noisy", noisyTeamB, noisyRate, 4*time.Minute)
+	lm1, lc1 := scrape(), nodeCPU()
 	summary := stopA()
 	t.Logf("cluster: noisy neighbour: team-b beside team-a: %s; %s", loud, summary)
 	if err != nil {
@@ -131,11 +136,19 @@ func testNoisyNeighbour(t *testing.T, p *product) {
 	t.Logf("cluster: noisy neighbour: team-b p50 %.3fs quiet, %.3fs beside team-a; p99 %.3fs quiet, %.3fs beside team-a: %.2fx (goal <= 2x)",
 		quiet.Quantile(0.5), loud.Quantile(0.5), quiet.Quantile(0.99), loud.Quantile(0.99), ratio)
 	for _, run := range []struct {
-		label string
-		r     noisy.Result
-	}{{"quiet", quiet}, {"beside team-a", loud}} {
+		label  string
+		r      noisy.Result
+		m0, m1 noisy.Metrics
+		c0, c1 noisy.CPUSample
+	}{{"quiet", quiet, qm0, qm1, qc0, qc1}, {"beside team-a", loud, lm0, lm1, lc0, lc1}} {
+		t.Logf("cluster: noisy neighbour: during team-b %s: %s", run.label, noisy.CPULine(run.c0, run.c1, 8))
 		for _, l := range noisy.Stages(run.r, nsB, 50*time.Millisecond, srvB.Arrivals) {
 			t.Logf("cluster: noisy neighbour: team-b %s: %s", run.label, l)
+		}
+		if run.m0 != nil && run.m1 != nil {
+			for _, l := range noisy.ManagerHists(run.m0, run.m1) {
+				t.Logf("cluster: noisy neighbour: manager during team-b %s: %s", run.label, l)
+			}
 		}
 	}
 
@@ -169,6 +182,45 @@ func testNoisyNeighbour(t *testing.T, p *product) {
 	p.deleteNamespaceAndWait(t, nsA, 3*time.Minute)
 	t.Logf("cluster: noisy neighbour: team-a's namespace gone %.1fs after its delete; the step took %.1fs",
 		time.Since(gone).Seconds(), time.Since(began).Seconds())
+}
+
+// nodeCPU samples the CPU time of the node's processes by command name (this test process as "test process").
+func nodeCPU() noisy.CPUSample {
+	self := os.Getpid()
+	return noisy.SampleCPU(func(pid, _ int, comm string) string {
+		if pid == self {
+			return "test process"
+		}
+		return comm
+	})
+}
+
+// metricsScraper returns a function that reads the leader's metrics endpoint (on the values file's port, with
+// the token of a ServiceAccount bound to the chart's metrics-reader ClusterRole), or nil when it cannot be read:
+// the manager's own figures for where team-b's time went (diagnosis only, never asserted).
+func (p *product) metricsScraper(t *testing.T) func() noisy.Metrics {
+	t.Helper()
+	ns := createNamespace(t, p.c, "noisy-scraper")
+	p.kubectl(t, "create", "serviceaccount", "scraper", "-n", ns)
+	binding := "actionledger-noisy-scraper"
+	p.kubectl(t, "create", "clusterrolebinding", binding, "--clusterrole="+releaseName+"-metrics-reader",
+		"--serviceaccount="+ns+":scraper")
+	t.Cleanup(func() { _, _ = p.kubectlErr("delete", "clusterrolebinding", binding) })
+	token := p.serviceAccountToken(t, ns, "scraper")
+	url := fmt.Sprintf("https://127.0.0.1:%d/metrics", p.ports.managerMetrics)
+	return func() noisy.Metrics {
+		out, err := p.runErr(nil, nil, "curl", "-s", "-k", "--max-time", "10", "-H", "Authorization: Bearer "+token, url)
+		if err != nil {
+			t.Logf("cluster: noisy neighbour: scraping the manager's metrics: %v", err)
+			return nil
+		}
+		m, err := noisy.ParseMetrics(strings.NewReader(out))
+		if err != nil {
+			t.Logf("cluster: noisy neighbour: parsing the manager's metrics: %v", err)
+			return nil
+		}
+		return m
+	}
 }
 
 type containerState struct {

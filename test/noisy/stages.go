@@ -67,11 +67,11 @@ func Stages(r Result, ns string, latency time.Duration, arrived func(key string)
 	return lines
 }
 
-// timeline is one action's trace as a line: the create call, each watch event and the request's arrival, in ms
-// from the create's start.
+// timeline is one action's trace as a line: when the create began (UTC, to match the manager's log), then the
+// create call, each watch event and the request's arrival, in ms from the create's start.
 func timeline(tr *Trace, req time.Time) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "created +%.0f", ms(tr.Created.Sub(tr.Sent)))
+	fmt.Fprintf(&b, "sent %s, created +%.0f", tr.Sent.UTC().Format("15:04:05.000"), ms(tr.Created.Sub(tr.Sent)))
 	for _, ev := range tr.Events {
 		fmt.Fprintf(&b, ", %s %s a%d +%.0f", ev.Type, ev.Phase, ev.Attempts, ms(ev.At.Sub(tr.Sent)))
 	}
