@@ -6,18 +6,16 @@ import (
 	"math"
 	"unsafe"
 
-	"github.com/google/cel-go/cel"
-	"github.com/google/cel-go/checker"
-	"github.com/google/cel-go/common"
-	"github.com/google/cel-go/common/ast"
-	"github.com/google/cel-go/common/decls"
-	"github.com/google/cel-go/common/functions"
-	"github.com/google/cel-go/common/operators"
-	"github.com/google/cel-go/common/overloads"
-	"github.com/google/cel-go/common/types"
-	"github.com/google/cel-go/common/types/ref"
-	"github.com/google/cel-go/common/types/traits"
-	"github.com/google/cel-go/interpreter"
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/ast"
+	celcost "cel.dev/cel-go/common/cost"
+	"cel.dev/cel-go/common/decls"
+	"cel.dev/cel-go/common/functions"
+	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/common/overloads"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
+	"cel.dev/cel-go/common/types/traits"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 )
@@ -43,7 +41,7 @@ const (
 	// boxed value, in bytes.
 	elementCost = 16
 	// traversalPerByte is the traversal charge of one byte of a string or bytes argument (cel-go's own).
-	traversalPerByte = common.StringTraversalCostFactor
+	traversalPerByte = celcost.StringTraversalCostFactor
 	// maxStringBytes caps the result of a call whose output can be much larger than its inputs (replace, join,
 	// format): the call is refused before it allocates. A larger result would pass CostLimit anyway.
 	maxStringBytes = CostLimit
@@ -113,9 +111,9 @@ type estimator struct {
 // is decoded, boundBody; a list holds at most half as many elements, but a path does not say whether it leads
 // to a list or a string, so both are bounded by the longer), the headers by maxHeaders entries of
 // maxHeaderValueBytes.
-func (e *estimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
+func (e *estimator) EstimateSize(n celcost.AstNode) *celcost.SizeEstimate {
 	if t := n.Type(); t != nil && t.Kind() == types.TypeKind {
-		return &checker.SizeEstimate{Min: 1, Max: 1} // a type value (type(x) == int)
+		return &celcost.SizeEstimate{Min: 1, Max: 1} // a type value (type(x) == int)
 	}
 	p := n.Path()
 	if len(p) == 0 || p[0] != VarResponse {
@@ -135,36 +133,36 @@ func (e *estimator) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 	default:
 		max = 1 // statusCode
 	}
-	return &checker.SizeEstimate{Min: 0, Max: max}
+	return &celcost.SizeEstimate{Min: 0, Max: max}
 }
 
 // EstimateCallCost gives the cost and result size of string concatenation (its bytes, as CallCost charges
 // them) and format (up to maxStringBytes); nil leaves a call to cel-go's estimate, which for the strings
 // extension charges each result by its size.
-func (e *estimator) EstimateCallCost(function, overloadID string, target *checker.AstNode,
-	args []checker.AstNode) *checker.CallEstimate {
-	in := make([]checker.AstNode, 0, len(args)+1)
+func (e *estimator) EstimateCallCost(function, overloadID string, target *celcost.AstNode,
+	args []celcost.AstNode) *celcost.CallEstimate {
+	in := make([]celcost.AstNode, 0, len(args)+1)
 	if target != nil {
 		in = append(in, *target)
 	}
 	in = append(in, args...)
-	size := func(i int) checker.SizeEstimate {
+	size := func(i int) celcost.SizeEstimate {
 		if i < len(in) {
 			if s := in[i].ComputedSize(); s != nil {
 				return *s
 			}
 		}
-		return checker.UnknownSizeEstimate()
+		return celcost.UnknownSizeEstimate()
 	}
-	traverse := func(idx ...int) checker.CostEstimate {
-		var c checker.CostEstimate
+	traverse := func(idx ...int) celcost.Estimate {
+		var c celcost.Estimate
 		for _, i := range idx {
 			c = c.Add(size(i).MultiplyByCostFactor(traversalPerByte))
 		}
-		return c.Add(checker.FixedCostEstimate(1))
+		return c.Add(celcost.FixedCostEstimate(1))
 	}
-	result := func(cost checker.CostEstimate, s checker.SizeEstimate, perUnit float64) *checker.CallEstimate {
-		return &checker.CallEstimate{CostEstimate: cost.Add(s.MultiplyByCostFactor(perUnit)), ResultSize: &s}
+	result := func(cost celcost.Estimate, s celcost.SizeEstimate, perUnit float64) *celcost.CallEstimate {
+		return &celcost.CallEstimate{CostEstimate: cost.Add(s.MultiplyByCostFactor(perUnit)), ResultSize: &s}
 	}
 	switch overloadID {
 	case overloads.Matches, overloads.MatchesString:
@@ -180,34 +178,34 @@ func (e *estimator) EstimateCallCost(function, overloadID string, target *checke
 			}
 		}
 		s := size(0)
-		return &checker.CallEstimate{CostEstimate: traverse(0, 1).Add(checker.CostEstimate{
+		return &celcost.CallEstimate{CostEstimate: traverse(0, 1).Add(celcost.Estimate{
 			Min: matchSteps(insts, s.Min), Max: matchSteps(insts, s.Max)})}
 	case "add_string", "add_bytes":
 		return result(traverse(0, 1), size(0).Add(size(1)), 1)
 	case "string_to_bool", "string_to_double", "string_to_duration", "string_to_int64", "string_to_timestamp",
 		"string_to_uint64":
 		// A string parsed: its traversal, as CallCost charges it (cel-go's rule charges 1).
-		return &checker.CallEstimate{CostEstimate: traverse(0)}
+		return &celcost.CallEstimate{CostEstimate: traverse(0)}
 	case "string_to_bytes", "bytes_to_string", "string_to_string", "bytes_to_bytes":
 		// The same bytes, charged as a new value (CallCost charges a bytes result, and a string that is not
 		// its argument, by its length).
 		return result(traverse(0), size(0), 1)
 	case "strings_quote":
 		// Each character escaped in two bytes, or an invalid byte made U+FFFD (three), and the quotes.
-		return result(traverse(0), checker.SizeEstimate{Min: size(0).Min + 2, Max: 3*size(0).Max + 2}, 1)
+		return result(traverse(0), celcost.SizeEstimate{Min: size(0).Min + 2, Max: 3*size(0).Max + 2}, 1)
 	case "bool_to_string", "double_to_string", "duration_to_string", "int64_to_string", "timestamp_to_string",
 		"uint64_to_string":
 		// A number, duration or timestamp written out: at most scalarTextBytes.
-		return result(traverse(0), checker.SizeEstimate{Min: 1, Max: scalarTextBytes}, 1)
+		return result(traverse(0), celcost.SizeEstimate{Min: 1, Max: scalarTextBytes}, 1)
 	case overloadStringFormat:
 		// Refused at evaluation past maxStringBytes (guarded); the strings extension's own estimators cover
 		// its other calls (split, replace, join, ...) with their result sizes.
-		return result(traverse(0, 1), checker.SizeEstimate{Max: maxStringBytes}, 1)
+		return result(traverse(0, 1), celcost.SizeEstimate{Max: maxStringBytes}, 1)
 	}
 	return nil
 }
 
-// CallCost is the runtime side of the cost model (interpreter.ActualCostEstimator): 1, plus the traversal of
+// CallCost is the runtime side of the cost model (cost.ActualCostEstimator): 1, plus the traversal of
 // the arguments, plus the allocation of the result. An operand that is the comprehension's accumulator (a
 // list being built in place) is not charged again: only what a step adds to it is.
 func (e *estimator) CallCost(function, overloadID string, args []ref.Val, result ref.Val) *uint64 {
@@ -350,18 +348,18 @@ func allocation(result ref.Val, args []ref.Val) uint64 {
 var splitOverloads = []string{"string_split_string", "string_split_string_int"}
 
 // splitEstimate is the static cost of split: the traversal of the string and up to one element per byte.
-func splitEstimate(_ checker.CostEstimator, target *checker.AstNode, _ []checker.AstNode) *checker.CallEstimate {
+func splitEstimate(_ celcost.Estimator, target *celcost.AstNode, _ []celcost.AstNode) *celcost.CallEstimate {
 	if target == nil {
 		return nil
 	}
-	s := checker.UnknownSizeEstimate()
+	s := celcost.UnknownSizeEstimate()
 	if sz := (*target).ComputedSize(); sz != nil {
 		s = *sz
 	}
-	n := checker.SizeEstimate{Min: 0, Max: s.Max}
-	cost := checker.FixedCostEstimate(1).Add(s.MultiplyByCostFactor(traversalPerByte)).
+	n := celcost.SizeEstimate{Min: 0, Max: s.Max}
+	cost := celcost.FixedCostEstimate(1).Add(s.MultiplyByCostFactor(traversalPerByte)).
 		Add(n.MultiplyByCostFactor(elementCost + 1))
-	return &checker.CallEstimate{CostEstimate: cost, ResultSize: &n}
+	return &celcost.CallEstimate{CostEstimate: cost, ResultSize: &n}
 }
 
 // splitCost is the runtime cost of split, as splitEstimate.
@@ -372,18 +370,18 @@ func splitCost(args []ref.Val, result ref.Val) *uint64 {
 
 // costEnvOptions are the static side of the split charge.
 func costEnvOptions() []cel.EnvOption {
-	opts := make([]checker.CostOption, 0, len(splitOverloads))
+	opts := make([]celcost.Option, 0, len(splitOverloads))
 	for _, id := range splitOverloads {
-		opts = append(opts, checker.OverloadCostEstimate(id, splitEstimate))
+		opts = append(opts, celcost.OverloadCostEstimate(id, splitEstimate))
 	}
 	return []cel.EnvOption{cel.CostEstimatorOptions(opts...)}
 }
 
 // costTrackerOptions are the runtime side of the split charge.
-func costTrackerOptions() []interpreter.CostTrackerOption {
-	opts := make([]interpreter.CostTrackerOption, 0, len(splitOverloads))
+func costTrackerOptions() []celcost.TrackerOption {
+	opts := make([]celcost.TrackerOption, 0, len(splitOverloads))
 	for _, id := range splitOverloads {
-		opts = append(opts, interpreter.OverloadCostTracker(id, splitCost))
+		opts = append(opts, celcost.OverloadTracker(id, splitCost))
 	}
 	return opts
 }

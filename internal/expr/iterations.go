@@ -3,10 +3,10 @@ package expr
 import (
 	"fmt"
 
-	"github.com/google/cel-go/cel"
-	celast "github.com/google/cel-go/common/ast"
-	"github.com/google/cel-go/common/operators"
-	"github.com/google/cel-go/common/types"
+	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/common/types"
 )
 
 // How iterations are bounded. cel-go's runtime cost tracker (v0.29.2) keeps a stack of the values an evaluation

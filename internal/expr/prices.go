@@ -6,8 +6,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/google/cel-go/cel"
-	celast "github.com/google/cel-go/common/ast"
+	"cel.dev/cel-go/cel"
+	celast "cel.dev/cel-go/common/ast"
 )
 
 // A price on every function (issue 40 item 2). Every overload of the environment has a rule in the cost model,
