@@ -96,6 +96,9 @@ func TestBenchmarkNoisy(t *testing.T) {
 	pprofArgs, pprofURL := managerPprofArgs(t, bin)
 	logDir := dir // with BENCH_PROFILE_DIR the manager's log is kept there, beside the profiles
 	if d := os.Getenv("BENCH_PROFILE_DIR"); d != "" && pprofURL != "" {
+		if err := os.MkdirAll(d, 0o750); err != nil { //nolint:gosec // BENCH_PROFILE_DIR is the user's own choice
+			t.Fatal(err)
+		}
 		logDir = d
 	}
 	p := startManager(t, e, bin, logDir, intEnv("BENCH_RECONCILES", 16), append(pprofArgs, fmt.Sprintf("--evaluation-slots=%d", slots))...)
