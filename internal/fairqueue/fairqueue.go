@@ -23,7 +23,6 @@ package fairqueue
 
 import (
 	"sync"
-	"time"
 
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
@@ -71,18 +70,9 @@ func NewQueue(share int, opts ...priorityqueue.Opt[reconcile.Request]) func(stri
 	}
 }
 
-// Add adds item now, at priority 0.
+// Add adds item now, at priority 0. AddAfter and AddRateLimited are the shared queue's own: delayed, uncounted
+// (the package doc).
 func (q *Queue) Add(item reconcile.Request) { q.AddWithOpts(priorityqueue.AddOpts{}, item) }
-
-// AddAfter adds item after d (uncounted: the package doc).
-func (q *Queue) AddAfter(item reconcile.Request, d time.Duration) {
-	q.AddWithOpts(priorityqueue.AddOpts{After: d}, item)
-}
-
-// AddRateLimited adds item after its rate limiter's delay (uncounted: the package doc).
-func (q *Queue) AddRateLimited(item reconcile.Request) {
-	q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true}, item)
-}
 
 // AddWithOpts adds items as the priority queue does, each admitted now if its namespace is under its share
 // (or the request is admitted already), else held in its namespace's backlog at the higher of its priorities.

@@ -200,14 +200,7 @@ func nodeCPU() noisy.CPUSample {
 // the manager's own figures for where team-b's time went (diagnosis only, never asserted).
 func (p *product) metricsScraper(t *testing.T) func() noisy.Metrics {
 	t.Helper()
-	ns := createNamespace(t, p.c, "noisy-scraper")
-	p.kubectl(t, "create", "serviceaccount", "scraper", "-n", ns)
-	binding := "actionledger-noisy-scraper"
-	p.kubectl(t, "create", "clusterrolebinding", binding, "--clusterrole="+releaseName+"-metrics-reader",
-		"--serviceaccount="+ns+":scraper")
-	t.Cleanup(func() { _, _ = p.kubectlErr("delete", "clusterrolebinding", binding) })
-	token := p.serviceAccountToken(t, ns, "scraper")
-	url := fmt.Sprintf("https://127.0.0.1:%d/metrics", p.ports.managerMetrics)
+	token, url := p.metricsReader(t, "noisy-scraper")
 	return func() noisy.Metrics {
 		out, err := p.runErr(nil, nil, "curl", "-s", "-k", "--max-time", "10", "-H", "Authorization: Bearer "+token, url)
 		if err != nil {

@@ -205,15 +205,7 @@ func testWhyAndGateway(t *testing.T, p *product) {
 // testMetrics does what kubebuilder's e2e suite does: a ServiceAccount bound to the chart's metrics-reader
 // ClusterRole reads the manager's metrics endpoint (HTTPS, authenticated and authorized by the manager).
 func testMetrics(t *testing.T, p *product) {
-	ns := createNamespace(t, p.c, "metrics")
-	p.kubectl(t, "create", "serviceaccount", "scraper", "-n", ns)
-	p.kubectl(t, "create", "clusterrolebinding", "actionledger-test-scraper", "--clusterrole="+releaseName+"-metrics-reader",
-		"--serviceaccount="+ns+":scraper")
-	t.Cleanup(func() {
-		_, _ = p.kubectlErr("delete", "clusterrolebinding", "actionledger-test-scraper")
-	})
-	token := p.serviceAccountToken(t, ns, "scraper")
-	url := fmt.Sprintf("https://127.0.0.1:%d/metrics", p.ports.managerMetrics)
+	token, url := p.metricsReader(t, "metrics")
 	var out string
 	poll(t, time.Minute, "the metrics endpoint to answer with the actionledger metrics", func(context.Context) (bool, error) {
 		var err error
@@ -232,6 +224,19 @@ func testMetrics(t *testing.T, p *product) {
 	if noToken != "401" {
 		t.Errorf("metrics without a token: HTTP %s, want 401", noToken)
 	}
+}
+
+// metricsReader creates a ServiceAccount in a new namespace named from prefix, bound (until the test ends) to the
+// chart's metrics-reader ClusterRole, and returns its token and the manager's metrics URL (the values file's port).
+func (p *product) metricsReader(t *testing.T, prefix string) (token, url string) {
+	t.Helper()
+	ns := createNamespace(t, p.c, prefix)
+	p.kubectl(t, "create", "serviceaccount", "scraper", "-n", ns)
+	binding := "actionledger-test-" + prefix
+	p.kubectl(t, "create", "clusterrolebinding", binding, "--clusterrole="+releaseName+"-metrics-reader",
+		"--serviceaccount="+ns+":scraper")
+	t.Cleanup(func() { _, _ = p.kubectlErr("delete", "clusterrolebinding", binding) })
+	return p.serviceAccountToken(t, ns, "scraper"), fmt.Sprintf("https://127.0.0.1:%d/metrics", p.ports.managerMetrics)
 }
 
 // testProbesAndReadOnlyRoot: the manager's and the gateway's /healthz and /readyz answer on the ports of the
