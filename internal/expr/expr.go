@@ -43,6 +43,7 @@ import (
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -186,12 +187,13 @@ func (p *Program) EvalContext(ctx context.Context, r Response) (ok bool, err err
 			ok, err = false, &EvalError{Kind: kindInternal}
 		}
 	}()
-	ctx, release, err := slot(ctx, p.quick)
+	ctx, run, release, err := slot(ctx, p.quick)
 	if err != nil {
 		return false, err
 	}
 	defer release()
-	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r, PredicateSizes)})
+	var out ref.Val
+	run(func() { out, _, err = p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r, PredicateSizes)}) })
 	if err != nil {
 		return false, evalError(err)
 	}
@@ -351,12 +353,13 @@ func (p *ValueProgram) EvalString(ctx context.Context, r Response) (s string, er
 			s, err = "", &EvalError{Kind: kindInternal}
 		}
 	}()
-	ctx, release, err := slot(ctx, false)
+	ctx, run, release, err := slot(ctx, false)
 	if err != nil {
 		return "", err
 	}
 	defer release()
-	out, _, err := p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r, ValueSizes)})
+	var out ref.Val
+	run(func() { out, _, err = p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r, ValueSizes)}) })
 	if err != nil {
 		return "", evalError(err)
 	}
@@ -428,12 +431,13 @@ func quick(ast *cel.Ast, regexes map[string]int, cost uint64) bool {
 }
 
 // slot waits at most SlotWait (and while ctx lasts) for an evaluation slot, then gives the evaluation its own
-// EvalTimeout from that moment: the returned context, and release, which frees the slot and the timer. A slot
-// not had in time is an EvalError that is Unfinished. A quick expression's evaluation (QuickCost) takes no slot.
-func slot(ctx context.Context, quick bool) (context.Context, func(), error) {
+// EvalTimeout from that moment: the returned context; run, which runs the evaluation on a background thread
+// (evalThreads); and release, which frees the slot and the timer. A slot not had in time is an EvalError that is
+// Unfinished. A quick expression's evaluation (QuickCost) takes no slot and runs in the caller's goroutine.
+func slot(ctx context.Context, quick bool) (evalCtx context.Context, run func(func()), release func(), err error) {
 	if quick {
 		evalCtx, cancel := context.WithTimeout(ctx, EvalTimeout)
-		return evalCtx, cancel, nil
+		return evalCtx, func(f func()) { f() }, cancel, nil
 	}
 	waitCtx, cancelWait := context.WithTimeout(ctx, SlotWait)
 	free, err := acquire(waitCtx)
@@ -441,10 +445,10 @@ func slot(ctx context.Context, quick bool) (context.Context, func(), error) {
 	if err != nil {
 		e := evalError(err)
 		e.Kind = "no evaluation slot within " + SlotWait.String() + " (" + e.Kind + ")"
-		return nil, nil, e
+		return nil, nil, nil, e
 	}
 	evalCtx, cancel := context.WithTimeout(ctx, EvalTimeout)
-	return evalCtx, func() { cancel(); free() }, nil
+	return evalCtx, evalThreads.run, func() { cancel(); free() }, nil
 }
 
 // Unfinished reports whether err says that an evaluation did not finish for a reason outside the expression and
