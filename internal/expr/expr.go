@@ -193,7 +193,9 @@ func (p *Program) EvalContext(ctx context.Context, r Response) (ok bool, err err
 	}
 	defer release()
 	var out ref.Val
-	run(func() { out, _, err = p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r, PredicateSizes)}) })
+	run(func() {
+		out, _, err = p.prg.ContextEval(ctx, map[string]any{VarResponse: activation(r, PredicateSizes)})
+	})
 	if err != nil {
 		return false, evalError(err)
 	}
