@@ -37,7 +37,8 @@ const HeapBound = 16 << 20
 // needs: the reconciles, the status writes, the sends and the quick verdicts (QuickCost). With every core a
 // slot, one tenant's admitted expressions took both cores of a 2-core node, and another tenant's p99 from create
 // to Succeeded, alone 84 to 96 ms, was 182 and 735 ms beside them; with half, 134 to 444 ms (issue 40 item 6,
-// docs/benchmarks.md).
+// docs/benchmarks.md). The slots' evaluations run on threads at background priority (evalThreads), so that the
+// half they take is given back first when the rest needs it.
 func DefaultSlots() int { return max(runtime.GOMAXPROCS(0)/2, 1) }
 
 var slots = newFairSlots(DefaultSlots())

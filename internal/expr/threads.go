@@ -71,3 +71,4 @@ func (t *threads) loop() {
 		f()
 	}
 }
+

@@ -83,3 +83,4 @@ func TestSlottedEvaluationsRunAtBackgroundPriority(t *testing.T) {
 		t.Errorf("an output value did not run on a background thread")
 	}
 }
+
