@@ -128,7 +128,8 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 	fs.IntVar(&f.evaluationSlots, "evaluation-slots", 0, "Expressions (successWhen, outputs, post-checks) evaluated "+
 		"at once; the others wait for a slot, served to the namespace that used the least slot time (docs/security.md). "+
 		"A quick successWhen or post-check (no comprehension, no matches, estimated cost at most 1,000) takes no slot. "+
-		"0: half of GOMAXPROCS (at least 1), which follows the container's CPU limit (the node's core count without one).")
+		"0: half of GOMAXPROCS (at least 1), which follows the container's CPU limit (the node's core count without one). "+
+		"Slotted evaluations run on threads at background priority (nice 10).")
 	fs.Int64Var(&f.memoryBudget, "memory-budget", 0, "Bytes that tenants' traffic may make the manager hold at once: "+
 		"the evaluations' heaps (--evaluation-slots times 16 MiB, at most half; the slots are cut to fit), then the "+
 		"bodies of the sends in flight and the windows of decoders, one namespace at most half of those. A send whose "+

@@ -71,4 +71,3 @@ func (t *threads) loop() {
 		f()
 	}
 }
-

@@ -83,4 +83,3 @@ func TestSlottedEvaluationsRunAtBackgroundPriority(t *testing.T) {
 		t.Errorf("an output value did not run on a background thread")
 	}
 }
-
