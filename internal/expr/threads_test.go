@@ -1,6 +1,7 @@
 package expr
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"runtime"
@@ -9,20 +10,19 @@ import (
 	"testing"
 )
 
-// threadNice is the nice value of the calling OS thread (Linux: /proc/thread-self/stat, field 19).
-func threadNice(t *testing.T) int {
-	t.Helper()
+// threadNice is the nice value of the calling OS thread (Linux: /proc/thread-self/stat, field 19). It may run
+// on an evaluation thread, so it reports errors instead of ending the goroutine (t.Fatal, t.Skip).
+func threadNice() (int, error) {
 	b, err := os.ReadFile("/proc/thread-self/stat")
 	if err != nil {
-		t.Skipf("no /proc/thread-self/stat: %v", err)
+		return 0, err
 	}
 	s := string(b)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // field 3 (state) on
-	n, err := strconv.Atoi(fields[19-3])
-	if err != nil {
-		t.Fatalf("nice in %q: %v", s, err)
+	if len(fields) <= 19-3 {
+		return 0, fmt.Errorf("no field 19 in %q", s)
 	}
-	return n
+	return strconv.Atoi(fields[19-3])
 }
 
 // Slotted evaluations run on background threads, at nice SlotNice, and give way to everything else at the normal
@@ -34,14 +34,18 @@ func TestSlottedEvaluationsRunAtBackgroundPriority(t *testing.T) {
 	}
 	runtime.LockOSThread() // this goroutine's thread, to read its nice value before and after
 	defer runtime.UnlockOSThread()
-	before := threadNice(t)
-	var on int
-	evalThreads.run(func() { on = threadNice(t) })
-	if on != SlotNice {
-		t.Errorf("an evaluation thread runs at nice %d, want %d", on, SlotNice)
+	before, err := threadNice()
+	if err != nil {
+		t.Skipf("no nice value of a thread here: %v", err)
 	}
-	if after := threadNice(t); after != before {
-		t.Errorf("the caller's thread went from nice %d to %d", before, after)
+	var on int
+	var onErr error
+	evalThreads.run(func() { on, onErr = threadNice() })
+	if onErr != nil || on != SlotNice {
+		t.Errorf("an evaluation thread runs at nice %d (%v), want %d", on, onErr, SlotNice)
+	}
+	if after, err := threadNice(); err != nil || after != before {
+		t.Errorf("the caller's thread went from nice %d to %d (%v)", before, after, err)
 	}
 
 	func() {
