@@ -19,11 +19,6 @@
 // shared queue without counting: the queue merges each with the same request already there (the earliest time
 // wins), which a second timer here would turn into extra reconciles. They are the safety nets and backoffs of a
 // namespace's own requests, spread in time by their delays.
-//
-// A request added again while a worker reconciles it (the watch event of its own status write, a wake) is held by
-// the shared queue and handed out again after Done; it stays counted until that reconcile is done too. Before,
-// Done forgot it, so every such second reconcile ran uncounted, and a busy namespace had more than its share in
-// the shared queue ahead of the others (TestARequestAddedWhileReconciledStillCounts).
 package fairqueue
 
 import (
@@ -44,12 +39,9 @@ type Queue struct {
 
 	mu       sync.Mutex
 	admitted map[reconcile.Request]struct{} // counted: in the shared queue or being reconciled
-	// handedOut holds the admitted requests a worker is reconciling, true for those added again meanwhile, which
-	// the shared queue hands out again after Done: they stay counted.
-	handedOut map[reconcile.Request]bool
-	perNS     map[string]int      // admitted requests per namespace
-	backlogs  map[string]*backlog // per namespace, requests waiting for their share
-	parked    int                 // requests in all backlogs
+	perNS    map[string]int                 // admitted requests per namespace
+	backlogs map[string]*backlog            // per namespace, requests waiting for their share
+	parked   int                            // requests in all backlogs
 }
 
 // backlog is one namespace's requests waiting for its share: each request's priority, and for each priority
@@ -63,7 +55,7 @@ type backlog struct {
 // New wraps inner so that at most share (at least 1) requests of one namespace are admitted into it at once.
 func New(inner priorityqueue.PriorityQueue[reconcile.Request], share int) *Queue {
 	return &Queue{PriorityQueue: inner, share: max(share, 1), admitted: map[reconcile.Request]struct{}{},
-		handedOut: map[reconcile.Request]bool{}, perNS: map[string]int{}, backlogs: map[string]*backlog{}}
+		perNS: map[string]int{}, backlogs: map[string]*backlog{}}
 }
 
 // NewQueue is a controller's NewQueue option (sigs.k8s.io/controller-runtime/pkg/controller.Options): the
@@ -108,37 +100,9 @@ func (q *Queue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request)
 	}
 }
 
-// GetWithPriority hands out the next request of the shared queue, as the priority queue does, and notes it as
-// being reconciled.
-func (q *Queue) GetWithPriority() (reconcile.Request, int, bool) {
-	it, p, shutdown := q.PriorityQueue.GetWithPriority()
-	q.handOut(it)
-	return it, p, shutdown
-}
-
-// Get is GetWithPriority without the priority.
-func (q *Queue) Get() (reconcile.Request, bool) {
-	it, _, shutdown := q.GetWithPriority()
-	return it, shutdown
-}
-
-func (q *Queue) handOut(it reconcile.Request) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if _, ok := q.admitted[it]; ok {
-		q.handedOut[it] = false
-	}
-}
-
-// admit reports whether it goes into the shared queue now, counting it if it was not admitted yet. Locked. A
-// request added again while a worker reconciles it stays admitted after Done: the shared queue holds it for
-// after Done (its status write's own watch event, a wake), and it counts toward its namespace's share until
-// that second reconcile is done, or a namespace's share would not bound what it has in the shared queue.
+// admit reports whether it goes into the shared queue now, counting it if it was not admitted yet. Locked.
 func (q *Queue) admit(it reconcile.Request) bool {
 	if _, ok := q.admitted[it]; ok {
-		if _, out := q.handedOut[it]; out {
-			q.handedOut[it] = true
-		}
 		return true
 	}
 	if q.perNS[it.Namespace] >= q.share {
@@ -174,12 +138,6 @@ func (q *Queue) Done(item reconcile.Request) {
 	q.PriorityQueue.Done(item)
 	q.mu.Lock()
 	if _, ok := q.admitted[item]; !ok {
-		q.mu.Unlock()
-		return
-	}
-	readded := q.handedOut[item]
-	delete(q.handedOut, item)
-	if readded { // in the shared queue again: still counted
 		q.mu.Unlock()
 		return
 	}
