@@ -18,6 +18,9 @@ import (
 // back (the trickled outputs, then its predicates) for 2.6 s took 0.5 to 0.7 of the 2 cores, and every one of
 // team-b's slow actions fell in those seconds, their create calls and claim writes slowed at the API server.
 //
+// The runtime starts its new OS threads from a known-good thread, never by cloning a locked one (runtime.newm), so
+// the lowered priority stays on these threads.
+//
 // The slots (fairSlots) still decide who runs; the threads only run it. Quick evaluations (QuickCost) run in the
 // caller's goroutine at the normal priority: they are a part of the send that needs them.
 
