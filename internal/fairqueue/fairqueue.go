@@ -15,14 +15,20 @@
 // reconcile that writes its outcome) stood in front of every other tenant's new action: 162 requests deep and
 // up to a second of waiting in the noisy-neighbour benchmark (docs/benchmarks.md).
 //
-// Delayed adds (a reconcile's RequeueAfter) and rate-limited ones (a reconcile's error) go straight to the
-// shared queue without counting: the queue merges each with the same request already there (the earliest time
-// wins), which a second timer here would turn into extra reconciles. They are the safety nets and backoffs of a
-// namespace's own requests, spread in time by their delays.
+// Every add is counted, whatever its form. A delayed add (a reconcile's RequeueAfter: the safety nets of waits)
+// and a rate-limited one (a reconcile's error, its backoff from the controller's rate limiter) wait here, on a
+// timer per request (the earliest time wins, as the priority queue merges them), and are admitted like any other
+// add when it fires. A request added again while a worker reconciles it is held here too, and at its Done it
+// goes to the back of its namespace's backlog: it is admitted again after the requests that waited before it.
+// So at most Share requests of one namespace are handed to workers at once, whatever the namespace's requests
+// were added by, and a namespace's own safety nets never stand ahead of another namespace's new request. Before
+// this, delayed adds went straight to the shared queue: in the noisy-neighbour benchmark one tenant had about
+// 100 reconciles a second outside its share (docs/benchmarks.md).
 package fairqueue
 
 import (
 	"sync"
+	"time"
 
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
@@ -36,12 +42,16 @@ type Queue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
 
 	share int
+	rl    workqueue.TypedRateLimiter[reconcile.Request] // the backoff of rate-limited adds
 
 	mu       sync.Mutex
-	admitted map[reconcile.Request]struct{} // counted: in the shared queue or being reconciled
-	perNS    map[string]int                 // admitted requests per namespace
-	backlogs map[string]*backlog            // per namespace, requests waiting for their share
-	parked   int                            // requests in all backlogs
+	admitted map[reconcile.Request]bool   // counted (in the shared queue or being reconciled): being reconciled
+	again    map[reconcile.Request]int    // added again while being reconciled: its priority
+	perNS    map[string]int               // admitted requests per namespace
+	backlogs map[string]*backlog          // per namespace, requests waiting for their share
+	parked   int                          // requests in all backlogs
+	timers   map[reconcile.Request]*delay // delayed and rate-limited adds not yet due
+	shut     bool
 }
 
 // backlog is one namespace's requests waiting for its share: each request's priority, and for each priority
@@ -52,10 +62,23 @@ type backlog struct {
 	order map[int][]reconcile.Request
 }
 
-// New wraps inner so that at most share (at least 1) requests of one namespace are admitted into it at once.
-func New(inner priorityqueue.PriorityQueue[reconcile.Request], share int) *Queue {
-	return &Queue{PriorityQueue: inner, share: max(share, 1), admitted: map[reconcile.Request]struct{}{},
-		perNS: map[string]int{}, backlogs: map[string]*backlog{}}
+// delay is a request's delayed add: when it is due, at which priority, and the timer that adds it then.
+type delay struct {
+	at   time.Time
+	prio int
+	t    *time.Timer
+}
+
+// New wraps inner so that at most share (at least 1) requests of one namespace are admitted into it at once. rl
+// gives the backoff of rate-limited adds; it must be the rate limiter inner was built with, which keeps their
+// failure counts (Forget and NumRequeues are inner's). A nil rl is client-go's default controller rate limiter.
+func New(inner priorityqueue.PriorityQueue[reconcile.Request], rl workqueue.TypedRateLimiter[reconcile.Request], share int) *Queue {
+	if rl == nil {
+		rl = workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()
+	}
+	return &Queue{PriorityQueue: inner, share: max(share, 1), rl: rl, admitted: map[reconcile.Request]bool{},
+		again: map[reconcile.Request]int{}, perNS: map[string]int{}, backlogs: map[string]*backlog{},
+		timers: map[reconcile.Request]*delay{}}
 }
 
 // NewQueue is a controller's NewQueue option (sigs.k8s.io/controller-runtime/pkg/controller.Options): the
@@ -63,54 +86,138 @@ func New(inner priorityqueue.PriorityQueue[reconcile.Request], share int) *Queue
 // namespaces with share requests each.
 func NewQueue(share int, opts ...priorityqueue.Opt[reconcile.Request]) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+		if rl == nil {
+			rl = workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()
+		}
 		all := append([]priorityqueue.Opt[reconcile.Request]{func(o *priorityqueue.Opts[reconcile.Request]) {
 			o.RateLimiter = rl
 		}}, opts...)
-		return New(priorityqueue.New(name, all...), share)
+		return New(priorityqueue.New(name, all...), rl, share)
 	}
 }
 
-// Add adds item now, at priority 0. AddAfter and AddRateLimited are the shared queue's own: delayed, uncounted
-// (the package doc).
+// Add adds item now, at priority 0.
 func (q *Queue) Add(item reconcile.Request) { q.AddWithOpts(priorityqueue.AddOpts{}, item) }
 
-// AddWithOpts adds items as the priority queue does, each admitted now if its namespace is under its share
-// (or the request is admitted already), else held in its namespace's backlog at the higher of its priorities.
+// AddAfter adds item once after has passed (a duration; at most 0 is now), at priority 0.
+func (q *Queue) AddAfter(item reconcile.Request, after time.Duration) {
+	q.AddWithOpts(priorityqueue.AddOpts{After: after}, item)
+}
+
+// AddRateLimited adds item after the rate limiter's backoff for it, at priority 0.
+func (q *Queue) AddRateLimited(item reconcile.Request) {
+	q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true}, item)
+}
+
+// AddWithOpts adds items as the priority queue does: after o.After, or the rate limiter's backoff when
+// o.RateLimited (the shorter of the two when both are given), at o.Priority. A request due now is admitted if
+// its namespace is under its share, else held in its namespace's backlog at the higher of its priorities; a
+// request not due yet waits on its timer and is added so when it fires.
 func (q *Queue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
-	if o.After > 0 || o.RateLimited {
-		q.PriorityQueue.AddWithOpts(o, items...)
-		return
-	}
 	p := 0
 	if o.Priority != nil {
 		p = *o.Priority
 	}
 	var now []reconcile.Request
 	q.mu.Lock()
+	if q.shut {
+		q.mu.Unlock()
+		return
+	}
 	for _, it := range items {
-		if q.admit(it) {
+		after := o.After
+		if o.RateLimited {
+			if rl := q.rl.When(it); after <= 0 || rl < after {
+				after = rl
+			}
+		}
+		if after > 0 {
+			q.later(it, p, after)
+		} else if q.add(it, p) {
 			now = append(now, it)
-		} else {
-			q.park(it, p)
 		}
 	}
 	q.mu.Unlock()
 	if len(now) > 0 {
-		q.PriorityQueue.AddWithOpts(o, now...)
+		q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, now...)
 	}
 }
 
-// admit reports whether it goes into the shared queue now, counting it if it was not admitted yet. Locked.
-func (q *Queue) admit(it reconcile.Request) bool {
-	if _, ok := q.admitted[it]; ok {
-		return true
+// add adds it now at priority p and reports whether it goes into the shared queue now: admitted (and counted)
+// if it was not, or merged with itself there. A request being reconciled is held until its Done; one over its
+// namespace's share waits in the backlog. Its pending delayed add, if any, is dropped: it is due now. Locked.
+func (q *Queue) add(it reconcile.Request, p int) bool {
+	if d := q.timers[it]; d != nil {
+		d.t.Stop()
+		delete(q.timers, it)
+		p = max(p, d.prio)
 	}
-	if q.perNS[it.Namespace] >= q.share {
+	if busy, ok := q.admitted[it]; ok {
+		if !busy {
+			return true
+		}
+		if old, ok := q.again[it]; !ok || p > old {
+			q.again[it] = p
+		}
 		return false
 	}
-	q.admitted[it] = struct{}{}
+	if q.perNS[it.Namespace] >= q.share {
+		q.park(it, p)
+		return false
+	}
+	q.admitted[it] = false
 	q.perNS[it.Namespace]++
 	return true
+}
+
+// later adds it at priority p once after has passed, unless it is added sooner: a request waiting in the
+// shared queue or in its backlog, or added again while being reconciled, is due already (a higher p raises it
+// there), and of two delayed adds of one request the earlier wins, at the higher priority. Locked.
+func (q *Queue) later(it reconcile.Request, p int, after time.Duration) {
+	if busy, ok := q.admitted[it]; ok {
+		if !busy {
+			q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, it) // raises its priority, if higher
+			return
+		}
+		if old, ok := q.again[it]; ok {
+			q.again[it] = max(old, p)
+			return
+		}
+	}
+	if b := q.backlogs[it.Namespace]; b != nil {
+		if _, ok := b.prio[it]; ok {
+			q.park(it, p)
+			return
+		}
+	}
+	at := time.Now().Add(after)
+	if d := q.timers[it]; d != nil {
+		if !at.Before(d.at) {
+			d.prio = max(d.prio, p)
+			return
+		}
+		d.t.Stop()
+		p = max(p, d.prio)
+	}
+	d := &delay{at: at, prio: p}
+	d.t = time.AfterFunc(after, func() { q.fire(it, d) })
+	q.timers[it] = d
+}
+
+// fire adds it now, at its delayed add's time, unless that add was replaced or dropped since. The shared queue
+// gets it as a delayed add of 1 ns, so that its retries metric (workqueue_retries_total) still counts it.
+func (q *Queue) fire(it reconcile.Request, d *delay) {
+	q.mu.Lock()
+	if q.shut || q.timers[it] != d {
+		q.mu.Unlock()
+		return
+	}
+	delete(q.timers, it)
+	ok := q.add(it, d.prio)
+	q.mu.Unlock()
+	if ok {
+		q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{After: time.Nanosecond, Priority: &d.prio}, it)
+	}
 }
 
 // park holds it in its namespace's backlog at priority p, or raises it there to p. Locked.
@@ -132,8 +239,26 @@ func (q *Queue) park(it reconcile.Request, p int) {
 	b.order[p] = append(b.order[p], it)
 }
 
-// Done marks item as reconciled; when it was admitted, its namespace's next held request (highest priority,
-// then first held) is admitted.
+// GetWithPriority takes the next request and its priority from the shared queue, as the priority queue does.
+func (q *Queue) GetWithPriority() (reconcile.Request, int, bool) {
+	it, p, shutdown := q.PriorityQueue.GetWithPriority()
+	q.mu.Lock()
+	if _, ok := q.admitted[it]; ok {
+		q.admitted[it] = true
+	}
+	q.mu.Unlock()
+	return it, p, shutdown
+}
+
+// Get takes the next request from the shared queue.
+func (q *Queue) Get() (reconcile.Request, bool) {
+	it, _, shutdown := q.GetWithPriority()
+	return it, shutdown
+}
+
+// Done marks item as reconciled. When it was admitted, its place is its namespace's again: if it was added
+// again meanwhile it goes to the back of the namespace's backlog, and the namespace's next held request
+// (highest priority, then first held) is admitted.
 func (q *Queue) Done(item reconcile.Request) {
 	q.PriorityQueue.Done(item)
 	q.mu.Lock()
@@ -146,9 +271,13 @@ func (q *Queue) Done(item reconcile.Request) {
 	if q.perNS[ns]--; q.perNS[ns] <= 0 {
 		delete(q.perNS, ns)
 	}
+	if p, ok := q.again[item]; ok {
+		delete(q.again, item)
+		q.park(item, p)
+	}
 	next, p, ok := q.unpark(ns)
 	if ok {
-		q.admitted[next] = struct{}{}
+		q.admitted[next] = false
 		q.perNS[ns]++
 	}
 	q.mu.Unlock()
@@ -193,28 +322,36 @@ func (q *Queue) unpark(ns string) (reconcile.Request, int, bool) {
 	return zero, 0, false
 }
 
-// Len is the number of requests in the shared queue and in the backlogs.
+// Len is the number of requests waiting: in the shared queue, in the backlogs, on their timers, and added
+// again while being reconciled.
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.PriorityQueue.Len() + q.parked
+	return q.PriorityQueue.Len() + q.parked + len(q.timers) + len(q.again)
 }
 
-// ShutDown drops the backlogs and shuts the shared queue down.
+// ShutDown drops the backlogs, the timers and the requests added again, and shuts the shared queue down.
 func (q *Queue) ShutDown() {
 	q.drop()
 	q.PriorityQueue.ShutDown()
 }
 
-// ShutDownWithDrain drops the backlogs and shuts the shared queue down once its admitted requests are done.
+// ShutDownWithDrain drops the backlogs, the timers and the requests added again, and shuts the shared queue down once its admitted requests are done.
 func (q *Queue) ShutDownWithDrain() {
 	q.drop()
 	q.PriorityQueue.ShutDownWithDrain()
 }
 
+// drop stops the timers and forgets every request not yet in the shared queue.
 func (q *Queue) drop() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.shut = true
+	for _, d := range q.timers {
+		d.t.Stop()
+	}
+	clear(q.timers)
+	clear(q.again)
 	metrics.ReconcilesParked.Sub(float64(q.parked))
 	q.parked = 0
 	clear(q.backlogs)

@@ -2,6 +2,7 @@ package fairqueue
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,17 +25,42 @@ func newQueue(t *testing.T, share int) *Queue {
 // get takes the next request, failing the test instead of blocking when there is none.
 func get(t *testing.T, q *Queue) reconcile.Request {
 	t.Helper()
-	got := make(chan reconcile.Request, 1)
-	go func() {
-		it, _, _ := q.GetWithPriority()
-		got <- it
-	}()
+	it, ok := tryGet(q, 5*time.Second)
+	if !ok {
+		t.Fatal("no request to get")
+	}
+	return it
+}
+
+// pending holds, per queue, the GetWithPriority a tryGet left waiting, so that the request it gets later is
+// the next one taken rather than lost.
+var (
+	pendingMu sync.Mutex
+	pending   = map[*Queue]chan reconcile.Request{}
+)
+
+// tryGet takes the next request if one is handed out within d.
+func tryGet(q *Queue, d time.Duration) (reconcile.Request, bool) {
+	pendingMu.Lock()
+	got, ok := pending[q]
+	if !ok {
+		got = make(chan reconcile.Request, 1)
+		go func() {
+			if it, _, shut := q.GetWithPriority(); !shut {
+				got <- it
+			}
+		}()
+	}
+	delete(pending, q)
+	pendingMu.Unlock()
 	select {
 	case it := <-got:
-		return it
-	case <-time.After(5 * time.Second):
-		t.Fatal("no request to get")
-		return reconcile.Request{}
+		return it, true
+	case <-time.After(d):
+		pendingMu.Lock()
+		pending[q] = got
+		pendingMu.Unlock()
+		return reconcile.Request{}, false
 	}
 }
 
@@ -65,7 +91,7 @@ func TestABurstDoesNotStandAheadOfAnotherNamespace(t *testing.T) {
 }
 
 // Held requests keep the priority queue's order within their namespace (higher priority first, then arrival),
-// are deduplicated, and a delayed add is not held.
+// are deduplicated, and a delayed add, once due, is held behind them like any other add.
 func TestBacklogOrderDedupAndDelays(t *testing.T) {
 	q := newQueue(t, 1)
 	low, high := -100, 5
@@ -78,39 +104,137 @@ func TestBacklogOrderDedupAndDelays(t *testing.T) {
 	if n := q.Len(); n != 4 {
 		t.Fatalf("Len %d, want 4 (1 admitted, 3 held)", n)
 	}
-	q.AddAfter(req("ns", 9), time.Millisecond) // delayed: straight to the shared queue
+	q.AddAfter(req("ns", 9), time.Millisecond) // delayed: held once due, the namespace's share being taken
+	waitLen(t, q, 5, func() bool { return q.parkedLen() == 4 })
 	var order []reconcile.Request
-	delayed := false
 	for range 5 {
 		it := get(t, q)
-		if it == req("ns", 9) {
-			delayed = true
-		} else {
-			order = append(order, it)
-		}
+		order = append(order, it)
 		q.Done(it)
 	}
-	want := []reconcile.Request{req("ns", 0), req("ns", 3), req("ns", 1), req("ns", 2)}
-	if fmt.Sprint(order) != fmt.Sprint(want) || !delayed {
-		t.Fatalf("order %v (the delayed ns-9 seen: %t), want %v and ns-9", order, delayed, want)
+	want := []reconcile.Request{req("ns", 0), req("ns", 3), req("ns", 1), req("ns", 2), req("ns", 9)}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("order %v, want %v", order, want)
 	}
 	if n := q.Len(); n != 0 {
 		t.Fatalf("Len %d after all done, want 0", n)
 	}
 }
 
-// A request added again while it is admitted (waiting or being reconciled) is not held behind its own
-// namespace's share: the shared queue merges it, as before.
-func TestAnAdmittedRequestAddedAgainIsMerged(t *testing.T) {
+// A namespace's safety nets and backoffs (delayed and rate-limited adds) count against its share: once due,
+// they wait in its backlog, and another namespace's new request is the next one a worker takes. Before, they
+// went straight to the shared queue and stood ahead of it.
+func TestDelayedAndRateLimitedAddsAreCounted(t *testing.T) {
+	q := newQueue(t, 2)
+	for i := range 2 {
+		q.Add(req("team-a", i))
+	}
+	a0, a1 := get(t, q), get(t, q) // team-a's share: both being reconciled
+	for i := 2; i < 6; i++ {
+		q.AddAfter(req("team-a", i), time.Millisecond)
+	}
+	for i := 6; i < 10; i++ {
+		q.AddRateLimited(req("team-a", i)) // the default limiter's first backoff: 5 ms
+	}
+	waitLen(t, q, 8, func() bool { return q.parkedLen() == 8 })
+	q.Add(req("team-b", 0))
+	if got := get(t, q); got != req("team-b", 0) {
+		t.Fatalf("next after team-b's add: %v, want team-b-0 ahead of team-a's 8 due requeues", got)
+	}
+	q.Done(a0)
+	if got := get(t, q); got.Namespace != "team-a" {
+		t.Fatalf("after team-a-0 is done: %v, want one of team-a's held requeues", got)
+	}
+	if it, ok := tryGet(q, 100*time.Millisecond); ok {
+		t.Fatalf("%v handed out beyond team-a's share of 2 (team-a-1 and one requeue are being reconciled)", it)
+	}
+	_ = a1
+}
+
+// Of two delayed adds of one request the earlier wins; an add due now replaces a pending delayed one, so the
+// request is reconciled once.
+func TestDelayedAddsMerge(t *testing.T) {
+	q := newQueue(t, 4)
+	q.AddAfter(req("ns", 0), time.Hour)
+	q.AddAfter(req("ns", 0), time.Millisecond)
+	if got := get(t, q); got != req("ns", 0) {
+		t.Fatalf("got %v, want ns-0 after 1 ms, not an hour", got)
+	}
+	q.Done(req("ns", 0))
+	q.AddAfter(req("ns", 1), 20*time.Millisecond)
+	q.Add(req("ns", 1))
+	if got := get(t, q); got != req("ns", 1) {
+		t.Fatalf("got %v, want ns-1", got)
+	}
+	q.Done(req("ns", 1))
+	if it, ok := tryGet(q, 100*time.Millisecond); ok {
+		t.Fatalf("%v handed out again: the pending delayed add should have been replaced by the add due now", it)
+	}
+	if n := q.Len(); n != 0 {
+		t.Fatalf("Len %d, want 0", n)
+	}
+}
+
+// A request added again while it is reconciled is reconciled again after its Done, behind the requests its
+// namespace held before it, and never beside them beyond the share.
+func TestARequestAddedAgainWhileReconciledWaitsItsTurn(t *testing.T) {
 	q := newQueue(t, 1)
 	q.Add(req("ns", 0))
 	it := get(t, q)
-	q.Add(req("ns", 0)) // while it is reconciled: the priority queue requeues it after Done
+	q.Add(req("ns", 0)) // while it is reconciled
 	q.Add(req("ns", 1)) // held: the namespace's one share is taken
 	q.Done(it)
-	first, second := get(t, q), get(t, q)
-	got := map[reconcile.Request]bool{first: true, second: true}
-	if !got[req("ns", 0)] || !got[req("ns", 1)] {
-		t.Fatalf("after Done: %v and %v, want ns-0 again and ns-1", first, second)
+	if got := get(t, q); got != req("ns", 1) {
+		t.Fatalf("after Done: %v, want ns-1, held before ns-0 was added again", got)
+	}
+	if extra, ok := tryGet(q, 100*time.Millisecond); ok {
+		t.Fatalf("%v handed out beside ns-1 beyond the share of 1", extra)
+	}
+	q.Done(req("ns", 1))
+	if got := get(t, q); got != req("ns", 0) {
+		t.Fatalf("after ns-1 is done: %v, want ns-0 again", got)
+	}
+	q.Done(req("ns", 0))
+	if n := q.Len(); n != 0 {
+		t.Fatalf("Len %d, want 0", n)
+	}
+}
+
+// waitLen waits until cond holds (the queue's timers have fired), then checks Len.
+func waitLen(t *testing.T, q *Queue, want int, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timers not fired in 5 s (Len %d)", q.Len())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := q.Len(); n != want {
+		t.Fatalf("Len %d, want %d", n, want)
+	}
+}
+
+func (q *Queue) parkedLen() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.parked
+}
+
+// A delayed add of a request already added again while it is reconciled is merged into that add, as the
+// priority queue merges them: the request is reconciled once more, not once more and again at the delay.
+func TestADelayedAddMergesWithAnAddDueNow(t *testing.T) {
+	q := newQueue(t, 4)
+	q.Add(req("ns", 0))
+	it := get(t, q)
+	q.Add(req("ns", 0))                        // while it is reconciled: due at its Done
+	q.AddAfter(req("ns", 0), time.Millisecond) // merged into the add above
+	q.Done(it)
+	if got := get(t, q); got != req("ns", 0) {
+		t.Fatalf("got %v, want ns-0 again", got)
+	}
+	q.Done(req("ns", 0))
+	if extra, ok := tryGet(q, 100*time.Millisecond); ok {
+		t.Fatalf("%v handed out a third time: the delayed add should have been merged", extra)
 	}
 }
