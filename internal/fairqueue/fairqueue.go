@@ -16,9 +16,9 @@
 // up to a second of waiting in the noisy-neighbour benchmark (docs/benchmarks.md).
 //
 // Every add is counted, whatever its form. A delayed add (a reconcile's RequeueAfter: the safety nets of waits)
-// and a rate-limited one (a reconcile's error, its backoff from the controller's rate limiter) wait here, on a
-// timer per request (the earliest time wins, as the priority queue merges them), and are admitted like any other
-// add when it fires. A request added again while a worker reconciles it is held here too, and at its Done it
+// and a rate-limited one (a reconcile's error, its backoff from the controller's rate limiter) wait here until due
+// (one entry per request, the earlier of two adds winning, as the priority queue merges them; one timer for all),
+// and are then admitted like any other add. A request added again while a worker reconciles it is held here too, and at its Done it
 // goes to the back of its namespace's backlog: it is admitted again after the requests that waited before it.
 // So at most Share requests of one namespace are handed to workers at once, whatever the namespace's requests
 // were added by, and a namespace's own safety nets never stand ahead of another namespace's new request. Before
@@ -45,12 +45,13 @@ type Queue struct {
 	rl    workqueue.TypedRateLimiter[reconcile.Request] // the backoff of rate-limited adds
 
 	mu       sync.Mutex
-	admitted map[reconcile.Request]bool   // counted (in the shared queue or being reconciled): being reconciled
-	again    map[reconcile.Request]int    // added again while being reconciled: its priority
-	perNS    map[string]int               // admitted requests per namespace
-	backlogs map[string]*backlog          // per namespace, requests waiting for their share
-	parked   int                          // requests in all backlogs
-	timers   map[reconcile.Request]*delay // delayed and rate-limited adds not yet due
+	admitted map[reconcile.Request]bool // counted (in the shared queue or being reconciled): being reconciled
+	again    map[reconcile.Request]int  // added again while being reconciled: its priority
+	perNS    map[string]int             // admitted requests per namespace
+	backlogs map[string]*backlog        // per namespace, requests waiting for their share
+	parked   int                        // requests in all backlogs
+	delays   delays                     // delayed and rate-limited adds not yet due
+	timer    *time.Timer                // set to the earliest of them
 	shut     bool
 }
 
@@ -62,13 +63,6 @@ type backlog struct {
 	order map[int][]reconcile.Request
 }
 
-// delay is a request's delayed add: when it is due, at which priority, and the timer that adds it then.
-type delay struct {
-	at   time.Time
-	prio int
-	t    *time.Timer
-}
-
 // New wraps inner so that at most share (at least 1) requests of one namespace are admitted into it at once. rl
 // gives the backoff of rate-limited adds; it must be the rate limiter inner was built with, which keeps their
 // failure counts (Forget and NumRequeues are inner's). A nil rl is client-go's default controller rate limiter.
@@ -78,7 +72,7 @@ func New(inner priorityqueue.PriorityQueue[reconcile.Request], rl workqueue.Type
 	}
 	return &Queue{PriorityQueue: inner, share: max(share, 1), rl: rl, admitted: map[reconcile.Request]bool{},
 		again: map[reconcile.Request]int{}, perNS: map[string]int{}, backlogs: map[string]*backlog{},
-		timers: map[reconcile.Request]*delay{}}
+		delays: newDelays()}
 }
 
 // NewQueue is a controller's NewQueue option (sigs.k8s.io/controller-runtime/pkg/controller.Options): the
@@ -112,7 +106,7 @@ func (q *Queue) AddRateLimited(item reconcile.Request) {
 // AddWithOpts adds items as the priority queue does: after o.After, or the rate limiter's backoff when
 // o.RateLimited (the shorter of the two when both are given), at o.Priority. A request due now is admitted if
 // its namespace is under its share, else held in its namespace's backlog at the higher of its priorities; a
-// request not due yet waits on its timer and is added so when it fires.
+// request not due yet waits for its time on the queue's timer and is added so then.
 func (q *Queue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
 	p := 0
 	if o.Priority != nil {
@@ -147,10 +141,9 @@ func (q *Queue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request)
 // if it was not, or merged with itself there. A request being reconciled is held until its Done; one over its
 // namespace's share waits in the backlog. Its pending delayed add, if any, is dropped: it is due now. Locked.
 func (q *Queue) add(it reconcile.Request, p int) bool {
-	if d := q.timers[it]; d != nil {
-		d.t.Stop()
-		delete(q.timers, it)
+	if d := q.delays.get(it); d != nil {
 		p = max(p, d.prio)
+		q.delays.drop(it)
 	}
 	if busy, ok := q.admitted[it]; ok {
 		if !busy {
@@ -191,32 +184,49 @@ func (q *Queue) later(it reconcile.Request, p int, after time.Duration) {
 		}
 	}
 	at := time.Now().Add(after)
-	if d := q.timers[it]; d != nil {
+	if d := q.delays.get(it); d != nil {
 		if !at.Before(d.at) {
 			d.prio = max(d.prio, p)
 			return
 		}
-		d.t.Stop()
 		p = max(p, d.prio)
 	}
-	d := &delay{at: at, prio: p}
-	d.t = time.AfterFunc(after, func() { q.fire(it, d) })
-	q.timers[it] = d
+	if q.delays.put(it, at, p) {
+		q.wake(after)
+	}
 }
 
-// fire adds it now, at its delayed add's time, unless that add was replaced or dropped since. The shared queue
-// gets it as a delayed add of 1 ns, so that its retries metric (workqueue_retries_total) still counts it.
-func (q *Queue) fire(it reconcile.Request, d *delay) {
+// wake sets the timer to fire after d (a duration), when the earliest delayed add is due. Locked.
+func (q *Queue) wake(d time.Duration) {
+	if q.timer == nil {
+		q.timer = time.AfterFunc(d, q.fire)
+		return
+	}
+	q.timer.Reset(d)
+}
+
+// fire adds every delayed add now due, at its priority, and sets the timer to the next. The shared queue gets
+// those it admits as delayed adds of 1 ns, so that its retries metric (workqueue_retries_total) still counts
+// them. A fire with nothing due (the earliest was dropped or replaced) only sets the timer again.
+func (q *Queue) fire() {
 	q.mu.Lock()
-	if q.shut || q.timers[it] != d {
+	if q.shut {
 		q.mu.Unlock()
 		return
 	}
-	delete(q.timers, it)
-	ok := q.add(it, d.prio)
+	due, next := q.delays.due(time.Now())
+	if next > 0 {
+		q.wake(next)
+	}
+	var now []*delay
+	for _, d := range due {
+		if q.add(d.it, d.prio) {
+			now = append(now, d)
+		}
+	}
 	q.mu.Unlock()
-	if ok {
-		q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{After: time.Nanosecond, Priority: &d.prio}, it)
+	for _, d := range now {
+		q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{After: time.Nanosecond, Priority: &d.prio}, d.it)
 	}
 }
 
@@ -327,7 +337,7 @@ func (q *Queue) unpark(ns string) (reconcile.Request, int, bool) {
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.PriorityQueue.Len() + q.parked + len(q.timers) + len(q.again)
+	return q.PriorityQueue.Len() + q.parked + q.delays.len() + len(q.again)
 }
 
 // ShutDown drops the backlogs, the timers and the requests added again, and shuts the shared queue down.
@@ -336,7 +346,8 @@ func (q *Queue) ShutDown() {
 	q.PriorityQueue.ShutDown()
 }
 
-// ShutDownWithDrain drops the backlogs, the timers and the requests added again, and shuts the shared queue down once its admitted requests are done.
+// ShutDownWithDrain drops the backlogs, the timers and the requests added again, and shuts the shared queue
+// down once its admitted requests are done.
 func (q *Queue) ShutDownWithDrain() {
 	q.drop()
 	q.PriorityQueue.ShutDownWithDrain()
@@ -347,10 +358,10 @@ func (q *Queue) drop() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.shut = true
-	for _, d := range q.timers {
-		d.t.Stop()
+	if q.timer != nil {
+		q.timer.Stop()
 	}
-	clear(q.timers)
+	q.delays.clear()
 	clear(q.again)
 	metrics.ReconcilesParked.Sub(float64(q.parked))
 	q.parked = 0

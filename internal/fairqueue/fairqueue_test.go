@@ -238,3 +238,20 @@ func TestADelayedAddMergesWithAnAddDueNow(t *testing.T) {
 		t.Fatalf("%v handed out a third time: the delayed add should have been merged", extra)
 	}
 }
+
+// Delayed adds of many requests, added in any order, come due in the order of their times, on one timer.
+func TestDelayedAddsComeDueInTimeOrder(t *testing.T) {
+	q := newQueue(t, 16)
+	for i := 9; i >= 0; i-- {
+		q.AddAfter(req("ns", i), time.Duration(i+1)*20*time.Millisecond)
+	}
+	q.AddAfter(req("ns", 5), time.Hour) // later than its pending add: that one stands
+	if n := q.Len(); n != 10 {
+		t.Fatalf("Len %d, want 10 delayed", n)
+	}
+	for i := range 10 {
+		if got := get(t, q); got != req("ns", i) {
+			t.Fatalf("due #%d: %v, want ns-%d", i, got, i)
+		}
+	}
+}
