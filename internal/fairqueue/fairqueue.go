@@ -18,8 +18,9 @@
 // Every add is counted, whatever its form. A delayed add (a reconcile's RequeueAfter: the safety nets of waits)
 // and a rate-limited one (a reconcile's error, its backoff from the controller's rate limiter) wait here until due
 // (one entry per request, the earlier of two adds winning, as the priority queue merges them; one timer for all),
-// and are then admitted like any other add. A request added again while a worker reconciles it is held here too, and at its Done it
-// goes to the back of its namespace's backlog: it is admitted again after the requests that waited before it.
+// and are then admitted like any other add. A request added again while a worker reconciles it is held here
+// too, and at its Done it goes to the back of its namespace's backlog: it is admitted again after the requests
+// that waited before it.
 // So at most Share requests of one namespace are handed to workers at once, whatever the namespace's requests
 // were added by, and a namespace's own safety nets never stand ahead of another namespace's new request. Before
 // this, delayed adds went straight to the shared queue: in the noisy-neighbour benchmark one tenant had about
