@@ -29,6 +29,7 @@ import (
 	"time"
 
 	// Import all Kubernetes client auth plugins (e.g. Azure, GCP, OIDC, etc.)
+	"k8s.io/apimachinery/pkg/api/resource"
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
 
 	"github.com/go-logr/logr"
@@ -74,6 +75,7 @@ type managerFlags struct {
 	claimMargin                                      time.Duration
 	maxInFlight, evaluationSlots                     int
 	memoryBudget                                     int64
+	evaluationCPU                                    string
 	collectionRate                                   float64
 	shutdownGrace                                    time.Duration
 	tombstoneStore, tombstoneDSNFile                 string
@@ -130,6 +132,9 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 		"A quick successWhen or post-check (no comprehension, no matches, estimated cost at most 1,000) takes no slot. "+
 		"0: half of GOMAXPROCS (at least 1), which follows the container's CPU limit (the node's core count without one). "+
 		"Slotted evaluations run on threads at background priority (nice 10).")
+	fs.StringVar(&f.evaluationCPU, "evaluation-cpu", "", "The CPU that slotted evaluations may use on average, in "+
+		"cores as a Kubernetes quantity (250m, 0.5, 1): a slot whose evaluations used more stays taken until the "+
+		"budget has accrued again (docs/security.md). Empty or 0: a quarter of a core per evaluation slot.")
 	fs.Int64Var(&f.memoryBudget, "memory-budget", 0, "Bytes that tenants' traffic may make the manager hold at once: "+
 		"the evaluations' heaps (--evaluation-slots times 16 MiB, at most half; the slots are cut to fit), then the "+
 		"bodies of the sends in flight and the windows of decoders, one namespace at most half of those. A send whose "+
@@ -212,20 +217,9 @@ func run() int {
 		setupLog.Error(fmt.Errorf("--events=%q: want important or all", f.events), "Invalid flag")
 		return 2
 	}
-	total := f.memoryBudget
-	if total < 1 {
-		total = membudget.TotalFromMemoryLimit()
+	if !setTenantBudgets(f, setupLog) {
+		return 2
 	}
-	expr.SetSlots(f.evaluationSlots)
-	slots, rest := membudget.Split(total, expr.Slots(), expr.HeapBound)
-	if slots != expr.Slots() {
-		setupLog.Info("Fewer evaluation slots than asked: the memory budget holds the heaps of these only",
-			"asked", expr.Slots(), "slots", slots, "memoryBudget", total)
-		expr.SetSlots(slots)
-	}
-	httpexec.SetBudget(membudget.New(rest))
-	setupLog.Info("Tenant budgets", "memoryBudget", total, "evaluationSlots", slots, "evaluationHeapBytes",
-		int64(slots)*expr.HeapBound, "bodyAndWindowBytes", rest)
 	stopTracing, err := startTracing("actionledger", setupLog)
 	if err != nil {
 		return 1
@@ -292,4 +286,47 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// parseCores reads --evaluation-cpu: a Kubernetes quantity of cores (250m, 0.5, 1), or "" for 0 (the default).
+// A negative or unparsable value is an error naming the flag.
+func parseCores(v string) (float64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return 0, fmt.Errorf("--evaluation-cpu=%q: %w", v, err)
+	}
+	if q.Sign() < 0 {
+		return 0, fmt.Errorf("--evaluation-cpu=%q: want a quantity of cores of at least 0", v)
+	}
+	return float64(q.MilliValue()) / 1000, nil
+}
+
+// setTenantBudgets sets what tenants' traffic may make the manager spend, from the flags: the memory budget
+// (--memory-budget), the evaluation slots that fit in it (--evaluation-slots) and their CPU (--evaluation-cpu).
+// It reports false, having logged why, for a flag it cannot read.
+func setTenantBudgets(f *managerFlags, setupLog logr.Logger) bool {
+	total := f.memoryBudget
+	if total < 1 {
+		total = membudget.TotalFromMemoryLimit()
+	}
+	cores, err := parseCores(f.evaluationCPU)
+	if err != nil {
+		setupLog.Error(err, "Invalid flag")
+		return false
+	}
+	expr.SetSlots(f.evaluationSlots)
+	slots, rest := membudget.Split(total, expr.Slots(), expr.HeapBound)
+	if slots != expr.Slots() {
+		setupLog.Info("Fewer evaluation slots than asked: the memory budget holds the heaps of these only",
+			"asked", expr.Slots(), "slots", slots, "memoryBudget", total)
+		expr.SetSlots(slots)
+	}
+	expr.SetCores(cores)
+	httpexec.SetBudget(membudget.New(rest))
+	setupLog.Info("Tenant budgets", "memoryBudget", total, "evaluationSlots", slots, "evaluationCores", expr.Cores(),
+		"evaluationHeapBytes", int64(slots)*expr.HeapBound, "bodyAndWindowBytes", rest)
+	return true
 }

@@ -114,10 +114,14 @@ replace "${gws}" '    targetPort: 8443' '    targetPort: {{ .Values.gateway.metr
 # The tenancy mode (config/manager's --require-service-account) as one value, .Values.tenancy.requireServiceAccount
 # (default true): the plugin moves config's args into values.yaml's manager.args, which is kept by hand, so a
 # single-team install turns the mode off with that one value instead of restating the args.
-# The evaluation slots (config/manager's --evaluation-slots) as .Values.manager.evaluationSlots, for the same reason.
+# The evaluation slots and their CPU budget (config/manager's --evaluation-slots, --evaluation-cpu) as
+# .Values.manager.evaluationSlots and .Values.manager.evaluationCPU, for the same reason.
 replace "${mgr}" '        {{- range .Values.manager.args }}' '        - --require-service-account={{ .Values.tenancy.requireServiceAccount }}
         {{- with .Values.manager.evaluationSlots }}
         - --evaluation-slots={{ . }}
+        {{- end }}
+        {{- with .Values.manager.evaluationCPU }}
+        - --evaluation-cpu={{ . }}
         {{- end }}
         {{- range .Values.manager.args }}'
 # The flags users set most, as values (values.yaml: manager.logLevel, manager.egress, manager.extraArgs), so that an

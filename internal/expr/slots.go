@@ -89,6 +89,8 @@ type fairSlots struct {
 	asked   map[string]*waiter
 	granted map[string]*grant
 	grace   time.Duration // HoldGrace
+	// cpu is the evaluation CPU budget the slots' evaluations spend (the package's, set by SetCores).
+	cpu *cpuBudget
 }
 
 // grant is a slot given to a HoldSlot waiter whose reconcile has not taken it yet.
@@ -119,7 +121,7 @@ type waiter struct {
 
 func newFairSlots(n int) *fairSlots {
 	return &fairSlots{size: n, flows: map[string]*flowState{}, now: time.Now, asked: map[string]*waiter{},
-		granted: map[string]*grant{}, grace: HoldGrace}
+		granted: map[string]*grant{}, grace: HoldGrace, cpu: cpu}
 }
 
 // flow returns name's state, made or woken: an idle flow is charged at least the virtual time.
@@ -135,13 +137,23 @@ func (s *fairSlots) flow(name string) *flowState {
 	return f
 }
 
-// grantLocked gives a slot to f and returns its release, which charges f the slot time it held.
+// grantLocked gives a slot to f and returns its release, which charges f the slot time it held. When the
+// evaluation CPU budget (cpu) is owed, the slot stays taken until it is not (cpuBudget.owed), and that time is
+// charged to f as slot time too.
 func (s *fairSlots) grantLocked(name string, f *flowState) func() {
 	f.running++
 	s.vnow = max(s.vnow, f.charged)
 	began := s.now()
 	var once sync.Once
-	return func() { once.Do(func() { s.release(name, f, began) }) }
+	return func() {
+		once.Do(func() {
+			if owed := s.cpu.owed(); owed > 0 {
+				time.AfterFunc(owed, func() { s.release(name, f, began) })
+				return
+			}
+			s.release(name, f, began)
+		})
+	}
 }
 
 // acquire takes a slot for flow, waiting behind the flows that used less slot time, or returns ctx's error.

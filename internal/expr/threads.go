@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Evaluation threads: where the slotted evaluations run (issue 40 item 6). A slot bounds how many of the tenants'
@@ -54,6 +55,7 @@ func (t *threads) run(f func()) {
 	t.work <- func() {
 		defer close(done)
 		defer func() { rec = recover() }()
+		defer charge(time.Now())()
 		f()
 	}
 	<-done
@@ -72,5 +74,19 @@ func (t *threads) loop() {
 	lowerPriority(SlotNice)
 	for f := range t.work {
 		f()
+	}
+}
+
+// charge returns a function that charges the evaluation CPU budget (cpu) with the CPU time the calling thread used
+// since: read from the thread's clock where it can be, the wall time since began where not. It is deferred on an
+// evaluation thread around one evaluation, so that a panic is charged too.
+func charge(began time.Time) func() {
+	t0, ok := threadCPU()
+	return func() {
+		if t1, ok1 := threadCPU(); ok && ok1 {
+			cpu.spend(t1 - t0)
+			return
+		}
+		cpu.spend(time.Since(began))
 	}
 }
