@@ -53,6 +53,8 @@ type product struct {
 	sampleDest *destination.Server
 	// floodNS is the namespace of the flood's ServiceAccounts and ConfigMaps.
 	floodNS string
+	// secondMetrics is the second manager replica's metrics port (set by testSecondReplica; 0 before).
+	secondMetrics int
 }
 
 type ports struct {

@@ -195,13 +195,20 @@ func nodeCPU() noisy.CPUSample {
 	})
 }
 
-// metricsScraper returns a function that reads the leader's metrics endpoint (on the values file's port, with
+// metricsScraper returns a function that reads the leader's metrics endpoint (the values file's port, or the second
+// replica's when it holds the leader Lease; with
 // the token of a ServiceAccount bound to the chart's metrics-reader ClusterRole), or nil when it cannot be read:
 // the manager's own figures for where team-b's time went (diagnosis only, never asserted).
 func (p *product) metricsScraper(t *testing.T) func() noisy.Metrics {
 	t.Helper()
 	token, url := p.metricsReader(t, "noisy-scraper")
 	return func() noisy.Metrics {
+		url := url
+		// The leader is the replica whose figures tell: the standby reconciles nothing. The second replica
+		// (testSecondReplica) serves its metrics on a port of its own.
+		if p.secondMetrics != 0 && strings.HasPrefix(p.leaseHolder(t), secondReplica+"-") {
+			url = fmt.Sprintf("https://127.0.0.1:%d/metrics", p.secondMetrics)
+		}
 		out, err := p.runErr(nil, nil, "curl", "-s", "-k", "--max-time", "10", "-H", "Authorization: Bearer "+token, url)
 		if err != nil {
 			t.Logf("cluster: noisy neighbour: scraping the manager's metrics: %v", err)

@@ -70,6 +70,7 @@ func testSecondReplica(t *testing.T, p *product) {
 	if err := p.cl.Create(ctx, b); err != nil {
 		t.Fatalf("creating the second replica: %v", err)
 	}
+	p.secondMetrics = metrics
 	began := time.Now()
 	poll(t, 2*time.Minute, "the second replica Available", func(ctx context.Context) (bool, error) {
 		d := &appsv1.Deployment{}
