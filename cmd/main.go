@@ -134,7 +134,7 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 		"Slotted evaluations run on threads at background priority (nice 10).")
 	fs.StringVar(&f.evaluationCPU, "evaluation-cpu", "", "The CPU that slotted evaluations may use on average, in "+
 		"cores as a Kubernetes quantity (250m, 0.5, 1): a slot whose evaluations used more stays taken until the "+
-		"budget has accrued again (docs/security.md). Empty or 0: a quarter of a core per evaluation slot.")
+		"budget has accrued again (docs/security.md). Empty or 0: half a core per evaluation slot.")
 	fs.Int64Var(&f.memoryBudget, "memory-budget", 0, "Bytes that tenants' traffic may make the manager hold at once: "+
 		"the evaluations' heaps (--evaluation-slots times 16 MiB, at most half; the slots are cut to fit), then the "+
 		"bodies of the sends in flight and the windows of decoders, one namespace at most half of those. A send whose "+
