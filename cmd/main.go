@@ -47,6 +47,7 @@ import (
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/membudget"
 	"github.com/actionledger/actionledger/internal/tracing"
+	"github.com/actionledger/actionledger/internal/writeseats"
 )
 
 func main() {
@@ -73,7 +74,7 @@ type managerFlags struct {
 	qps                                              float64
 	burst, concurrency                               int
 	claimMargin                                      time.Duration
-	maxInFlight, evaluationSlots                     int
+	maxInFlight, evaluationSlots, statusWriteSeats   int
 	memoryBudget                                     int64
 	evaluationCPU                                    string
 	collectionRate                                   float64
@@ -127,6 +128,10 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", dispatch.DefaultGlobalMaxInFlight,
 		"Requests in flight to all destinations at once (each destination also has spec.concurrency.maxInFlight). "+
 			"Sends do not hold reconcile workers.")
+	fs.IntVar(&f.statusWriteSeats, "status-write-seats", writeseats.DefaultPerNamespace, "ExternalAction status "+
+		"writes (claims and outcomes) one namespace may have at the API server at once while another namespace has written "+
+		"within the last second; its others wait, first come first served, and another namespace's never wait behind "+
+		"them. A namespace writing alone is not bounded (docs/security.md). 0: the default; negative: no bound.")
 	fs.IntVar(&f.evaluationSlots, "evaluation-slots", 0, "Expressions (successWhen, outputs, post-checks) evaluated "+
 		"at once; the others wait for a slot, served to the namespace that used the least slot time (docs/security.md). "+
 		"A quick successWhen or post-check (no comprehension, no matches, estimated cost at most 1,000) takes no slot. "+
@@ -183,7 +188,8 @@ func (f *managerFlags) options() app.Options {
 		MetricsServer: &ms, ProbeAddr: f.probeAddr, PprofAddr: f.pprofAddr,
 		LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leNamespace,
 		ControllerNamespace: f.controllerNS, MaxConcurrentReconciles: f.concurrency, ClaimMargin: f.claimMargin,
-		MaxInFlight: f.maxInFlight, ShutdownGrace: f.shutdownGrace, CollectionRate: &f.collectionRate,
+		MaxInFlight: f.maxInFlight, StatusWriteSeats: f.statusWriteSeats, ShutdownGrace: f.shutdownGrace,
+		CollectionRate:            &f.collectionRate,
 		Egress:                    &f.egress,
 		InsecureSkipVerifyAllowed: f.insecureSkipVerifyAllowed,
 		DefaultServiceAccount:     f.defaultServiceAccount,

@@ -68,6 +68,9 @@ type Options struct {
 	ClaimMargin time.Duration
 	// MaxInFlight bounds the sends in flight of the whole manager (--max-in-flight, default 1024).
 	MaxInFlight int
+	// StatusWriteSeats bounds the status writes one namespace has at the API server at once
+	// (--status-write-seats, default 4; 0: that default, negative: no bound).
+	StatusWriteSeats int
 	// CollectionRate is the collections a second that go in line with waiting sends (--collection-rate); nil:
 	// controller.DefaultCollectionRate.
 	CollectionRate *float64
@@ -251,7 +254,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	opts := controller.Options{
 		Holder: holder, ControllerNamespace: o.ControllerNamespace, ClaimMargin: o.ClaimMargin,
-		MaxConcurrentReconciles: o.MaxConcurrentReconciles, MaxInFlight: o.MaxInFlight, ShutdownGrace: shutdownGrace(o),
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles, MaxInFlight: o.MaxInFlight, StatusWriteSeats: o.StatusWriteSeats, ShutdownGrace: shutdownGrace(o),
 		CollectionRate:            o.CollectionRate,
 		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed, AllEvents: o.AllEvents, SkipNameValidation: o.SkipNameValidation,
 		Tombstones: tombstones, TombstoneStore: store, Tokens: tokens, Shards: shards,

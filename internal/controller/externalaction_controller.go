@@ -69,6 +69,7 @@ import (
 	"github.com/actionledger/actionledger/internal/tombstone"
 	"github.com/actionledger/actionledger/internal/tombstone/objects"
 	"github.com/actionledger/actionledger/internal/waitroom"
+	"github.com/actionledger/actionledger/internal/writeseats"
 )
 
 // DefaultMaxConcurrentReconciles is the number of parallel reconciles when Options.MaxConcurrentReconciles is
@@ -105,6 +106,9 @@ type Options struct {
 	// MaxInFlight bounds the sends in flight of the whole manager (--max-in-flight); not positive means
 	// dispatch.DefaultGlobalMaxInFlight.
 	MaxInFlight int
+	// StatusWriteSeats bounds the status writes one namespace has at the API server at once
+	// (--status-write-seats, internal/writeseats); 0 means writeseats.DefaultPerNamespace, negative no bound.
+	StatusWriteSeats int
 	// ShutdownGrace is how long sends in flight are awaited after the stop began (--shutdown-grace); not
 	// positive means dispatch.DefaultShutdownGrace.
 	ShutdownGrace time.Duration
@@ -348,7 +352,8 @@ func (r *ExternalActionReconciler) build() {
 		room: waitroom.New()}
 	p.subjects = &subject.Lock{Client: r.Client, APIReader: r.APIReader, Clock: r.Clock}
 	p.writer = &status.Writer{Client: r.Client, Reader: r.APIReader, Recorder: r.Recorder, Clock: r.Clock,
-		AllEvents: r.Options.AllEvents, DestinationID: destination.ID, Finished: func(xa *actionsv1alpha1.ExternalAction) {
+		AllEvents: r.Options.AllEvents, DestinationID: destination.ID, Seats: writeseats.New(r.Options.statusWriteSeats()),
+		Finished: func(xa *actionsv1alpha1.ExternalAction) {
 			r.Limiter.Forget(destination.ID(xa), xa.Namespace+"/"+xa.Name)
 			p.subjects.ReleaseAfterWrite(xa)
 		}}
@@ -392,6 +397,15 @@ func (o *Options) collectionRate() float64 {
 		return DefaultCollectionRate
 	}
 	return max(0, *o.CollectionRate)
+}
+
+// statusWriteSeats is Options.StatusWriteSeats, or writeseats.DefaultPerNamespace when it is 0 (negative: 0,
+// no bound).
+func (o *Options) statusWriteSeats() int {
+	if o.StatusWriteSeats == 0 {
+		return writeseats.DefaultPerNamespace
+	}
+	return max(0, o.StatusWriteSeats)
 }
 
 // rand is the jitter source.
@@ -454,9 +468,10 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(outputs.ActionOf), builder.OnlyMetadata).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(outputs.ActionOf), builder.OnlyMetadata).
 		Named("externalaction").
-		// The workers are shared by every namespace: each gets a fair share of them (internal/fairqueue).
+		// The workers are shared by every namespace: each gets a fair share of them (internal/fairqueue), all of
+		// them alone, half while other namespaces have requests too.
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: &r.Options.SkipNameValidation,
-			NewQueue: fairqueue.NewQueue(workers, func(o *priorityqueue.Opts[reconcile.Request]) {
+			NewQueue: fairqueue.NewQueue(workers, max(workers/2, 1), func(o *priorityqueue.Opts[reconcile.Request]) {
 				o.Log = mgr.GetLogger().WithValues("controller", "externalaction")
 			})}).
 		Complete(r)

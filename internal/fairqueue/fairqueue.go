@@ -21,6 +21,9 @@
 // and are then admitted like any other add. A request added again while a worker reconciles it is held here
 // too, and at its Done it goes to the back of its namespace's backlog: it is admitted again after the requests
 // that waited before it.
+// While another namespace has had a request added within the last second (internal/contention), a namespace's
+// share is the smaller contended one (the manager passes half the workers): a burst then leaves the other half
+// free for the others' next requests instead of filling every worker, and a namespace alone still has them all.
 // So at most Share requests of one namespace are handed to workers at once, whatever the namespace's requests
 // were added by, and a namespace's own safety nets never stand ahead of another namespace's new request. Before
 // this, delayed adds went straight to the shared queue: in the noisy-neighbour benchmark one tenant had about
@@ -35,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/actionledger/actionledger/internal/contention"
 	"github.com/actionledger/actionledger/internal/metrics"
 )
 
@@ -42,8 +46,9 @@ import (
 type Queue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
 
-	share int
-	rl    workqueue.TypedRateLimiter[reconcile.Request] // the backoff of rate-limited adds
+	share     int
+	contended int                                           // the share while another namespace's requests were added within contention.DefaultWindow
+	rl        workqueue.TypedRateLimiter[reconcile.Request] // the backoff of rate-limited adds
 
 	mu       sync.Mutex
 	admitted map[reconcile.Request]bool // counted (in the shared queue or being reconciled): being reconciled
@@ -53,6 +58,8 @@ type Queue struct {
 	parked   int                        // requests in all backlogs
 	delays   delays                     // delayed and rate-limited adds not yet due
 	timer    *time.Timer                // set to the earliest of them
+	recent   contention.Recent          // the latest adds, to tell whether another namespace has requests
+	now      func() time.Time           // the clock of recent (tests set it)
 	shut     bool
 }
 
@@ -64,22 +71,27 @@ type backlog struct {
 	order map[int][]reconcile.Request
 }
 
-// New wraps inner so that at most share (at least 1) requests of one namespace are admitted into it at once. rl
-// gives the backoff of rate-limited adds; it must be the rate limiter inner was built with, which keeps their
-// failure counts (Forget and NumRequeues are inner's). A nil rl is client-go's default controller rate limiter.
-func New(inner priorityqueue.PriorityQueue[reconcile.Request], rl workqueue.TypedRateLimiter[reconcile.Request], share int) *Queue {
+// New wraps inner so that at most share (at least 1) requests of one namespace are admitted into it at once,
+// and at most contended (at least 1, at most share) while another namespace's requests were added within the
+// last contention.DefaultWindow: a namespace alone keeps share workers busy, and while others have requests
+// too it holds at most contended of them, the rest free for the others' next requests. rl gives the backoff of
+// rate-limited adds; it must be the rate limiter inner was built with, which keeps their failure counts
+// (Forget and NumRequeues are inner's). A nil rl is client-go's default controller rate limiter.
+func New(inner priorityqueue.PriorityQueue[reconcile.Request], rl workqueue.TypedRateLimiter[reconcile.Request], share,
+	contended int) *Queue {
 	if rl == nil {
 		rl = workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()
 	}
-	return &Queue{PriorityQueue: inner, share: max(share, 1), rl: rl, admitted: map[reconcile.Request]bool{},
+	share = max(share, 1)
+	return &Queue{PriorityQueue: inner, share: share, contended: min(max(contended, 1), share), rl: rl, now: time.Now, admitted: map[reconcile.Request]bool{},
 		again: map[reconcile.Request]int{}, perNS: map[string]int{}, backlogs: map[string]*backlog{},
 		delays: newDelays()}
 }
 
 // NewQueue is a controller's NewQueue option (sigs.k8s.io/controller-runtime/pkg/controller.Options): the
 // priority queue controller-runtime builds by default, with its name, rate limiter and opts, made fair over
-// namespaces with share requests each.
-func NewQueue(share int, opts ...priorityqueue.Opt[reconcile.Request]) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+// namespaces with share requests each, contended while other namespaces have requests too (New).
+func NewQueue(share, contended int, opts ...priorityqueue.Opt[reconcile.Request]) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 		if rl == nil {
 			rl = workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()
@@ -87,7 +99,7 @@ func NewQueue(share int, opts ...priorityqueue.Opt[reconcile.Request]) func(stri
 		all := append([]priorityqueue.Opt[reconcile.Request]{func(o *priorityqueue.Opts[reconcile.Request]) {
 			o.RateLimiter = rl
 		}}, opts...)
-		return New(priorityqueue.New(name, all...), rl, share)
+		return New(priorityqueue.New(name, all...), rl, share, contended)
 	}
 }
 
@@ -155,7 +167,9 @@ func (q *Queue) add(it reconcile.Request, p int) bool {
 		}
 		return false
 	}
-	if q.perNS[it.Namespace] >= q.share {
+	now := q.now()
+	q.recent.Mark(it.Namespace, now)
+	if q.perNS[it.Namespace] >= q.shareOf(it.Namespace, now) {
 		q.park(it, p)
 		return false
 	}
@@ -268,8 +282,9 @@ func (q *Queue) Get() (reconcile.Request, bool) {
 }
 
 // Done marks item as reconciled. When it was admitted, its place is its namespace's again: if it was added
-// again meanwhile it goes to the back of the namespace's backlog, and the namespace's next held request
-// (highest priority, then first held) is admitted.
+// again meanwhile it goes to the back of the namespace's backlog, and the namespace's next held requests
+// (highest priority, then first held) are admitted while it is under its share (one, or more when its share
+// grew back because the other namespaces went quiet).
 func (q *Queue) Done(item reconcile.Request) {
 	q.PriorityQueue.Done(item)
 	q.mu.Lock()
@@ -286,15 +301,33 @@ func (q *Queue) Done(item reconcile.Request) {
 		delete(q.again, item)
 		q.park(item, p)
 	}
-	next, p, ok := q.unpark(ns)
-	if ok {
-		q.admitted[next] = false
+	type held struct {
+		it reconcile.Request
+		p  int
+	}
+	var next []held
+	for share := q.shareOf(ns, q.now()); q.perNS[ns] < share; {
+		it, p, ok := q.unpark(ns)
+		if !ok {
+			break
+		}
+		q.admitted[it] = false
 		q.perNS[ns]++
+		next = append(next, held{it, p})
 	}
 	q.mu.Unlock()
-	if ok {
-		q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, next)
+	for _, h := range next {
+		q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{Priority: &h.p}, h.it)
 	}
+}
+
+// shareOf is ns's share at now: contended while another namespace's requests were added within the window,
+// else share. Locked.
+func (q *Queue) shareOf(ns string, now time.Time) int {
+	if q.contended < q.share && q.recent.Others(ns, now, 0) {
+		return q.contended
+	}
+	return q.share
 }
 
 // unpark takes ns's next held request: the first held at the highest priority. Locked.

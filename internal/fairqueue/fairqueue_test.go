@@ -17,7 +17,7 @@ func req(ns string, i int) reconcile.Request {
 
 func newQueue(t *testing.T, share int) *Queue {
 	t.Helper()
-	q := NewQueue(share)(t.Name(), nil).(*Queue)
+	q := NewQueue(share, share)(t.Name(), nil).(*Queue)
 	t.Cleanup(q.ShutDown)
 	return q
 }
@@ -253,5 +253,54 @@ func TestDelayedAddsComeDueInTimeOrder(t *testing.T) {
 		if got := get(t, q); got != req("ns", i) {
 			t.Fatalf("due #%d: %v, want ns-%d", i, got, i)
 		}
+	}
+}
+
+// While another namespace has requests, a namespace holds at most its contended share of the workers; alone it
+// keeps its whole share, and it gets that back once the others have been quiet for the window.
+func TestANamespaceHoldsItsContendedShareWhileAnotherHasRequests(t *testing.T) {
+	q := NewQueue(4, 2)(t.Name(), nil).(*Queue)
+	t.Cleanup(q.ShutDown)
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	q.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	for i := range 10 {
+		q.Add(req("team-a", i))
+	}
+	var a []reconcile.Request
+	for range 4 { // alone: its whole share, 4
+		a = append(a, get(t, q))
+	}
+	if it, ok := tryGet(q, 50*time.Millisecond); ok {
+		t.Fatalf("a fifth of team-a's requests was handed out (%v) beyond its share of 4", it)
+	}
+	q.Add(req("team-b", 0))
+	if b := get(t, q); b != req("team-b", 0) {
+		t.Fatalf("got %v; want team-b-0, the next request a worker takes", b)
+	}
+	// team-b has requests: team-a's share is 2, and it holds 4. Two of them done admit nothing.
+	q.Done(a[0])
+	q.Done(a[1])
+	if it, ok := tryGet(q, 50*time.Millisecond); ok {
+		t.Fatalf("%v was handed out with team-a at its contended share of 2", it)
+	}
+	q.Done(a[2]) // down to 1: one more
+	if it := get(t, q); it != req("team-a", 4) {
+		t.Fatalf("got %v; want team-a-4", it)
+	}
+	if it, ok := tryGet(q, 50*time.Millisecond); ok {
+		t.Fatalf("%v was handed out with team-a at its contended share of 2", it)
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Second) // team-b quiet for longer than the window
+	mu.Unlock()
+	q.Done(a[3]) // down to 1, share 4 again: three admitted at once
+	for want := 5; want <= 7; want++ {
+		if it := get(t, q); it != req("team-a", want) {
+			t.Fatalf("got %v; want team-a-%d", it, want)
+		}
+	}
+	if it, ok := tryGet(q, 50*time.Millisecond); ok {
+		t.Fatalf("%v was handed out beyond team-a's share of 4", it)
 	}
 }

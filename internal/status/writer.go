@@ -37,6 +37,7 @@ import (
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/metrics"
 	"github.com/actionledger/actionledger/internal/redact"
+	"github.com/actionledger/actionledger/internal/writeseats"
 )
 
 // MaxEventNoteLength is the API server's bound on an Event's note (message), in bytes: longer ones are refused.
@@ -81,6 +82,9 @@ type Writer struct {
 	// DestinationID names the action's destination in logs and metrics ("Destination/<ns>/<name>" or
 	// "ClusterDestination/<name>").
 	DestinationID func(xa *actionsv1alpha1.ExternalAction) string
+	// Seats bound the status writes one namespace has at the API server at once (internal/writeseats); every
+	// write, the claim included, takes one of its namespace's seats first. nil: unbounded.
+	Seats *writeseats.Seats
 }
 
 // Claim writes step's claim on xa's resourceVersion (DESIGN rule 1) and returns the object as written. A
@@ -261,10 +265,16 @@ func (w *Writer) Event(xa *actionsv1alpha1.ExternalAction, e *ledger.Event) {
 // Every destination-supplied string is first cut to its status field's bound (Bound). When the API server
 // still answers Invalid, the write is retried once with those strings dropped (Minimal), and after that write
 // a Warning Event StatusTrimmed says so. An Invalid answer to the second write is ErrRefused. Other errors
-// (Conflict, NotFound, unavailable) are returned as they are.
+// (Conflict, NotFound, unavailable) are returned as they are. Both writes hold one of the namespace's seats
+// (Seats), waited for first; ctx ending during that wait is returned wrapped, and nothing is written.
 func (w *Writer) update(ctx context.Context, upd *actionsv1alpha1.ExternalAction) error {
 	Bound(&upd.Status)
-	err := w.Client.Status().Update(ctx, upd)
+	release, err := w.Seats.Take(ctx, upd.Namespace)
+	if err != nil {
+		return fmt.Errorf("waiting for a status-write seat of namespace %s: %w", upd.Namespace, err)
+	}
+	defer release()
+	err = w.Client.Status().Update(ctx, upd)
 	if !apierrors.IsInvalid(err) {
 		return err
 	}

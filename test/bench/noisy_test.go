@@ -171,7 +171,18 @@ func TestBenchmarkNoisy(t *testing.T) {
 			}
 		}()
 	}
+	var aWrites *noisy.Writes
+	if tracing {
+		if aWrites, err = noisy.WatchWrites(ctx, wc, nsA); err != nil {
+			t.Fatal(err)
+		}
+	}
 	loud, err := noisy.TeamB(ctx, wc, nsB, "payments", "noisy", n, rate, 4*time.Minute)
+	if aWrites != nil {
+		for _, l := range aWrites.Stop() {
+			t.Logf("trace noisy: team-a's watch events during team-b's run: %s", l)
+		}
+	}
 	traceEnd("noisy", nc0, nm0, loud)
 	nprof.finish(t, e)
 	stopSelf()
