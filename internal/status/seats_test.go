@@ -21,13 +21,14 @@ import (
 )
 
 // Every status write, claim or outcome, takes one of its namespace's seats: while another namespace writes, 12
-// writes of team-a reach the API server at most Per at a time, and without the seats they reach it together.
+// writes of team-a reach the API server at most Per at a time, the others waiting for a seat, and without the
+// seats all 12 reach it together.
 func TestStatusWritesTakeTheirNamespacesSeats(t *testing.T) {
 	for _, tc := range []struct {
 		seats *writeseats.Seats
 		most  int32 // the most team-a writes at the client at once, at most
 		least int32 // and at least
-	}{{writeseats.New(3), 3, 3}, {nil, 12, 6}} {
+	}{{writeseats.New(3), 3, 3}, {nil, 12, 12}} {
 		t.Run(fmt.Sprintf("seats=%v", tc.seats != nil), func(t *testing.T) {
 			scheme := runtime.NewScheme()
 			if err := actionsv1alpha1.AddToScheme(scheme); err != nil {
@@ -49,10 +50,7 @@ func TestStatusWritesTakeTheirNamespacesSeats(t *testing.T) {
 						defer now.Add(-1)
 						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 						}
-						select { // held at the "API server" until the test lets them through
-						case <-gate:
-						case <-time.After(300 * time.Millisecond):
-						}
+						<-gate // held at the "API server" until the test lets them through
 					}
 					return cl.SubResource(sub).Update(ctx, o, opts...)
 				}}).Build()
@@ -75,7 +73,16 @@ func TestStatusWritesTakeTheirNamespacesSeats(t *testing.T) {
 			for i := range 12 {
 				wg.Go(func() { errs <- write("team-a", fmt.Sprintf("a-%d", i)) })
 			}
-			time.Sleep(100 * time.Millisecond)
+			// Every write is either at the "API server" or waiting for a seat before any is let through.
+			arrived := func() bool {
+				return now.Load() == tc.most && int32(tc.seats.Waiting()) == 12-tc.most
+			}
+			for deadline := time.Now().Add(5 * time.Second); !arrived(); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d writes at the API server and %d waiting for a seat; want %d and %d", now.Load(),
+						tc.seats.Waiting(), tc.most, 12-tc.most)
+				}
+			}
 			close(gate)
 			wg.Wait()
 			close(errs)

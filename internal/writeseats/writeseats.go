@@ -151,6 +151,20 @@ func (s *Seats) now() time.Time {
 	return time.Now()
 }
 
+// Waiting is how many writes wait for a seat now, in every namespace.
+func (s *Seats) Waiting() int {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, f := range s.ns {
+		n += f.waiting.Len()
+	}
+	return n
+}
+
 // Namespaces is how many namespaces hold or wait for a seat now (idle ones are forgotten).
 func (s *Seats) Namespaces() int {
 	if s == nil {
