@@ -75,12 +75,12 @@ func TestStatusWritesTakeTheirNamespacesSeats(t *testing.T) {
 			}
 			// Every write is either at the "API server" or waiting for a seat before any is let through.
 			arrived := func() bool {
-				return now.Load() == tc.most && int32(tc.seats.Waiting()) == 12-tc.most
+				return now.Load() == tc.most && tc.seats.Waiting() == 12-int(tc.most)
 			}
 			for deadline := time.Now().Add(5 * time.Second); !arrived(); time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("%d writes at the API server and %d waiting for a seat; want %d and %d", now.Load(),
-						tc.seats.Waiting(), tc.most, 12-tc.most)
+						tc.seats.Waiting(), tc.most, 12-int(tc.most))
 				}
 			}
 			close(gate)
