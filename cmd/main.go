@@ -43,6 +43,7 @@ import (
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
+	"github.com/actionledger/actionledger/internal/fairqueue"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/membudget"
@@ -75,6 +76,7 @@ type managerFlags struct {
 	burst, concurrency                               int
 	claimMargin                                      time.Duration
 	maxInFlight, evaluationSlots, statusWriteSeats   int
+	contendedReconciles                              int
 	memoryBudget                                     int64
 	evaluationCPU                                    string
 	collectionRate                                   float64
@@ -128,6 +130,10 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", dispatch.DefaultGlobalMaxInFlight,
 		"Requests in flight to all destinations at once (each destination also has spec.concurrency.maxInFlight). "+
 			"Sends do not hold reconcile workers.")
+	fs.IntVar(&f.contendedReconciles, "contended-reconciles", fairqueue.DefaultContended, "ExternalAction "+
+		"reconciles one namespace may have at once while another namespace has had a request within the last second; "+
+		"the rest of its requests wait in its own backlog. A namespace alone has every worker "+
+		"(--max-concurrent-reconciles) (docs/security.md). 0: the default.")
 	fs.IntVar(&f.statusWriteSeats, "status-write-seats", writeseats.DefaultPerNamespace, "ExternalAction status "+
 		"writes (claims and outcomes) one namespace may have at the API server at once while another namespace has written "+
 		"within the last second; its others wait, first come first served, and another namespace's never wait behind "+
@@ -188,7 +194,8 @@ func (f *managerFlags) options() app.Options {
 		MetricsServer: &ms, ProbeAddr: f.probeAddr, PprofAddr: f.pprofAddr,
 		LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leNamespace,
 		ControllerNamespace: f.controllerNS, MaxConcurrentReconciles: f.concurrency, ClaimMargin: f.claimMargin,
-		MaxInFlight: f.maxInFlight, StatusWriteSeats: f.statusWriteSeats, ShutdownGrace: f.shutdownGrace,
+		MaxInFlight: f.maxInFlight, StatusWriteSeats: f.statusWriteSeats,
+		ContendedReconciles: f.contendedReconciles, ShutdownGrace: f.shutdownGrace,
 		CollectionRate:            &f.collectionRate,
 		Egress:                    &f.egress,
 		InsecureSkipVerifyAllowed: f.insecureSkipVerifyAllowed,

@@ -115,13 +115,21 @@ replace "${gws}" '    targetPort: 8443' '    targetPort: {{ .Values.gateway.metr
 # (default true): the plugin moves config's args into values.yaml's manager.args, which is kept by hand, so a
 # single-team install turns the mode off with that one value instead of restating the args.
 # The evaluation slots and their CPU budget (config/manager's --evaluation-slots, --evaluation-cpu) as
-# .Values.manager.evaluationSlots and .Values.manager.evaluationCPU, for the same reason.
+# .Values.manager.evaluationSlots and .Values.manager.evaluationCPU, for the same reason; the status-write seats
+# (--status-write-seats) as .Values.manager.statusWriteSeats and the contended reconciles (--contended-reconciles) as
+# .Values.manager.contendedReconciles.
 replace "${mgr}" '        {{- range .Values.manager.args }}' '        - --require-service-account={{ .Values.tenancy.requireServiceAccount }}
         {{- with .Values.manager.evaluationSlots }}
         - --evaluation-slots={{ . }}
         {{- end }}
         {{- with .Values.manager.evaluationCPU }}
         - --evaluation-cpu={{ . }}
+        {{- end }}
+        {{- with .Values.manager.statusWriteSeats }}
+        - --status-write-seats={{ . }}
+        {{- end }}
+        {{- with .Values.manager.contendedReconciles }}
+        - --contended-reconciles={{ . }}
         {{- end }}
         {{- range .Values.manager.args }}'
 # The flags users set most, as values (values.yaml: manager.logLevel, manager.egress, manager.extraArgs), so that an

@@ -71,6 +71,9 @@ type Options struct {
 	// StatusWriteSeats bounds the status writes one namespace has at the API server at once
 	// (--status-write-seats, default 4; 0: that default, negative: no bound).
 	StatusWriteSeats int
+	// ContendedReconciles bounds the reconciles one namespace has at once while another namespace has requests
+	// (--contended-reconciles, default 2; 0: that default).
+	ContendedReconciles int
 	// CollectionRate is the collections a second that go in line with waiting sends (--collection-rate); nil:
 	// controller.DefaultCollectionRate.
 	CollectionRate *float64
@@ -254,7 +257,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	opts := controller.Options{
 		Holder: holder, ControllerNamespace: o.ControllerNamespace, ClaimMargin: o.ClaimMargin,
-		MaxConcurrentReconciles: o.MaxConcurrentReconciles, MaxInFlight: o.MaxInFlight, StatusWriteSeats: o.StatusWriteSeats, ShutdownGrace: shutdownGrace(o),
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles, MaxInFlight: o.MaxInFlight, StatusWriteSeats: o.StatusWriteSeats,
+		ContendedReconciles: o.ContendedReconciles, ShutdownGrace: shutdownGrace(o),
 		CollectionRate:            o.CollectionRate,
 		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed, AllEvents: o.AllEvents, SkipNameValidation: o.SkipNameValidation,
 		Tombstones: tombstones, TombstoneStore: store, Tokens: tokens, Shards: shards,

@@ -109,6 +109,10 @@ type Options struct {
 	// StatusWriteSeats bounds the status writes one namespace has at the API server at once
 	// (--status-write-seats, internal/writeseats); 0 means writeseats.DefaultPerNamespace, negative no bound.
 	StatusWriteSeats int
+	// ContendedReconciles bounds the reconciles one namespace has at once while another namespace has requests
+	// (--contended-reconciles, internal/fairqueue); 0 means fairqueue.DefaultContended, and it is at most the
+	// number of workers.
+	ContendedReconciles int
 	// ShutdownGrace is how long sends in flight are awaited after the stop began (--shutdown-grace); not
 	// positive means dispatch.DefaultShutdownGrace.
 	ShutdownGrace time.Duration
@@ -399,6 +403,16 @@ func (o *Options) collectionRate() float64 {
 	return max(0, *o.CollectionRate)
 }
 
+// contendedReconciles is Options.ContendedReconciles, or fairqueue.DefaultContended when it is not positive, at
+// most workers.
+func (o *Options) contendedReconciles(workers int) int {
+	n := o.ContendedReconciles
+	if n <= 0 {
+		n = fairqueue.DefaultContended
+	}
+	return min(n, workers)
+}
+
 // statusWriteSeats is Options.StatusWriteSeats, or writeseats.DefaultPerNamespace when it is 0 (negative: 0,
 // no bound).
 func (o *Options) statusWriteSeats() int {
@@ -469,9 +483,9 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(outputs.ActionOf), builder.OnlyMetadata).
 		Named("externalaction").
 		// The workers are shared by every namespace: each gets a fair share of them (internal/fairqueue), all of
-		// them alone, half while other namespaces have requests too.
+		// them alone, ContendedReconciles (2) while other namespaces have requests too.
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: &r.Options.SkipNameValidation,
-			NewQueue: fairqueue.NewQueue(workers, max(workers/2, 1), func(o *priorityqueue.Opts[reconcile.Request]) {
+			NewQueue: fairqueue.NewQueue(workers, r.Options.contendedReconciles(workers), func(o *priorityqueue.Opts[reconcile.Request]) {
 				o.Log = mgr.GetLogger().WithValues("controller", "externalaction")
 			})}).
 		Complete(r)
