@@ -43,7 +43,6 @@ import (
 	"github.com/actionledger/actionledger/internal/dispatch"
 	"github.com/actionledger/actionledger/internal/egress"
 	"github.com/actionledger/actionledger/internal/expr"
-	"github.com/actionledger/actionledger/internal/fairqueue"
 	"github.com/actionledger/actionledger/internal/httpexec"
 	"github.com/actionledger/actionledger/internal/ledger"
 	"github.com/actionledger/actionledger/internal/membudget"
@@ -130,10 +129,10 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", dispatch.DefaultGlobalMaxInFlight,
 		"Requests in flight to all destinations at once (each destination also has spec.concurrency.maxInFlight). "+
 			"Sends do not hold reconcile workers.")
-	fs.IntVar(&f.contendedReconciles, "contended-reconciles", fairqueue.DefaultContended, "ExternalAction "+
-		"reconciles one namespace may have at once while another namespace has had a request within the last second; "+
-		"the rest of its requests wait in its own backlog. A namespace alone has every worker "+
-		"(--max-concurrent-reconciles) (docs/security.md). 0: the default.")
+	fs.IntVar(&f.contendedReconciles, "contended-reconciles", 0, "ExternalAction reconciles one namespace may "+
+		"have at once while another namespace has had a request within the last second; the rest of its requests wait "+
+		"in its own backlog. A namespace alone has every worker (--max-concurrent-reconciles) (docs/security.md). 0: "+
+		"half the workers.")
 	fs.IntVar(&f.statusWriteSeats, "status-write-seats", writeseats.DefaultPerNamespace, "ExternalAction status "+
 		"writes (claims and outcomes) one namespace may have at the API server at once while another namespace has written "+
 		"within the last second; its others wait, first come first served, and another namespace's never wait behind "+

@@ -72,7 +72,7 @@ type Options struct {
 	// (--status-write-seats, default 4; 0: that default, negative: no bound).
 	StatusWriteSeats int
 	// ContendedReconciles bounds the reconciles one namespace has at once while another namespace has requests
-	// (--contended-reconciles, default 2; 0: that default).
+	// (--contended-reconciles; 0: half the workers).
 	ContendedReconciles int
 	// CollectionRate is the collections a second that go in line with waiting sends (--collection-rate); nil:
 	// controller.DefaultCollectionRate.

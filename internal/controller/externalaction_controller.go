@@ -110,8 +110,8 @@ type Options struct {
 	// (--status-write-seats, internal/writeseats); 0 means writeseats.DefaultPerNamespace, negative no bound.
 	StatusWriteSeats int
 	// ContendedReconciles bounds the reconciles one namespace has at once while another namespace has requests
-	// (--contended-reconciles, internal/fairqueue); 0 means fairqueue.DefaultContended, and it is at most the
-	// number of workers.
+	// (--contended-reconciles, internal/fairqueue); not positive means half the workers (at least 1), and it is
+	// at most the number of workers.
 	ContendedReconciles int
 	// ShutdownGrace is how long sends in flight are awaited after the stop began (--shutdown-grace); not
 	// positive means dispatch.DefaultShutdownGrace.
@@ -403,14 +403,13 @@ func (o *Options) collectionRate() float64 {
 	return max(0, *o.CollectionRate)
 }
 
-// contendedReconciles is Options.ContendedReconciles, or fairqueue.DefaultContended when it is not positive, at
-// most workers.
+// contendedReconciles is Options.ContendedReconciles, or half of workers (at least 1) when it is not positive,
+// at most workers.
 func (o *Options) contendedReconciles(workers int) int {
-	n := o.ContendedReconciles
-	if n <= 0 {
-		n = fairqueue.DefaultContended
+	if o.ContendedReconciles <= 0 {
+		return max(workers/2, 1)
 	}
-	return min(n, workers)
+	return min(o.ContendedReconciles, workers)
 }
 
 // statusWriteSeats is Options.StatusWriteSeats, or writeseats.DefaultPerNamespace when it is 0 (negative: 0,
@@ -483,7 +482,7 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(outputs.ActionOf), builder.OnlyMetadata).
 		Named("externalaction").
 		// The workers are shared by every namespace: each gets a fair share of them (internal/fairqueue), all of
-		// them alone, ContendedReconciles (2) while other namespaces have requests too.
+		// them alone, ContendedReconciles (half of them) while other namespaces have requests too.
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: &r.Options.SkipNameValidation,
 			NewQueue: fairqueue.NewQueue(workers, r.Options.contendedReconciles(workers), func(o *priorityqueue.Opts[reconcile.Request]) {
 				o.Log = mgr.GetLogger().WithValues("controller", "externalaction")

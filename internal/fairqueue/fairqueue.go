@@ -22,15 +22,13 @@
 // too, and at its Done it goes to the back of its namespace's backlog: it is admitted again after the requests
 // that waited before it.
 // While another namespace has had a request added within the last second (internal/contention), a namespace's
-// share is the smaller contended one (the manager's --contended-reconciles, DefaultContended: 2 of its 16
-// workers), and a namespace alone still has them all. The contended share paces a busy tenant, not only the
-// workers: the API server and the cores are shared too, and neither serves tenants fairly. In the
-// noisy-neighbour benchmark, with half the workers (8) team-a's bursts of claims and outcomes (50 to 120 writes in
-// a second) still saturated the 2 cores and slowed the API server for team-b's create calls, claims and outcomes
-// (team-b's p99 1.4 to 4.5 times its p99 alone, median 2.61x in nine runs); with 2, 1.2 to 2.5 times (median
-// 1.65x in eight runs; docs/benchmarks.md). Bounding only team-a's status writes at the API server
-// (internal/writeseats) to 1 did not do it (median 2.26x): its reconciles cost the API server and the cores more
-// than their status writes.
+// share is the smaller contended one (the manager's --contended-reconciles, by default half its workers), and a
+// namespace alone still has them all. The contended share applies to every namespace while others have
+// requests, the quiet tenant's too. At 2 (of 16) it paced the busy tenant's bursts enough to meet the
+// noisy-neighbour goal in the envtest benchmark (team-b's p99 1.2 to 2.5 times its p99 alone, median 1.65x in
+// eight runs, against 2.61x at 8), but on the real cluster, where a reconcile beside the busy tenant takes about
+// ten times as long, it held the quiet tenant itself to 2 workers: 12.97x, its actions waiting seconds in its own
+// backlog (docs/benchmarks.md). So the default stays at half the workers.
 // So at most Share requests of one namespace are handed to workers at once, whatever the namespace's requests
 // were added by, and a namespace's own safety nets never stand ahead of another namespace's new request. Before
 // this, delayed adds went straight to the shared queue: in the noisy-neighbour benchmark one tenant had about
@@ -48,10 +46,6 @@ import (
 	"github.com/actionledger/actionledger/internal/contention"
 	"github.com/actionledger/actionledger/internal/metrics"
 )
-
-// DefaultContended is the manager's contended share (--contended-reconciles): the reconciles one namespace has at
-// once while another namespace has requests.
-const DefaultContended = 2
 
 // Queue is a priorityqueue.PriorityQueue of reconcile requests fair over namespaces (the package doc).
 type Queue struct {
