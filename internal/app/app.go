@@ -258,8 +258,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	opts := controller.Options{
 		Holder: holder, ControllerNamespace: o.ControllerNamespace, ClaimMargin: o.ClaimMargin,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles, MaxInFlight: o.MaxInFlight, StatusWriteSeats: o.StatusWriteSeats,
-		ContendedReconciles: o.ContendedReconciles, ShutdownGrace: shutdownGrace(o),
-		CollectionRate:            o.CollectionRate,
+		ContendedReconciles: o.ContendedReconciles, ShutdownGrace: shutdownGrace(o), CollectionRate: o.CollectionRate,
 		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed, AllEvents: o.AllEvents, SkipNameValidation: o.SkipNameValidation,
 		Tombstones: tombstones, TombstoneStore: store, Tokens: tokens, Shards: shards,
 		Tenants: &destination.TenantSecrets{Config: cfg, Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
