@@ -26,9 +26,9 @@
 // namespace alone still has them all. The contended share applies to every namespace while others have
 // requests, the quiet tenant's too. At 2 (of 16) it paced the busy tenant's bursts enough to meet the
 // noisy-neighbour goal in the envtest benchmark (team-b's p99 1.2 to 2.5 times its p99 alone, median 1.65x in
-// eight runs, against 2.61x at 8), but on the real cluster, where a reconcile beside the busy tenant takes about
-// ten times as long, it held the quiet tenant itself to 2 workers: 12.97x, its actions waiting seconds in its own
-// backlog (docs/benchmarks.md). So the default stays at half the workers.
+// eight runs, against 2.61x at 8), but on the real cluster, where a reconcile beside the busy tenant took 44 ms on
+// average (under 10 ms in the benchmark), it held the quiet tenant itself to 2 workers: 12.97x, its actions
+// waiting seconds in its own backlog (docs/benchmarks.md). So the default stays at half the workers.
 // So at most Share requests of one namespace are handed to workers at once, whatever the namespace's requests
 // were added by, and a namespace's own safety nets never stand ahead of another namespace's new request. Before
 // this, delayed adds went straight to the shared queue: in the noisy-neighbour benchmark one tenant had about
