@@ -75,7 +75,7 @@ type managerFlags struct {
 	burst, concurrency                               int
 	claimMargin                                      time.Duration
 	maxInFlight, evaluationSlots, statusWriteSeats   int
-	contendedReconciles                              int
+	contendedReconciles, dominantReconciles          int
 	memoryBudget                                     int64
 	evaluationCPU                                    string
 	collectionRate                                   float64
@@ -133,6 +133,11 @@ func (f *managerFlags) bindSending(fs *flag.FlagSet) {
 		"have at once while another namespace has had a request within the last second; the rest of its requests wait "+
 		"in its own backlog. A namespace alone has every worker (--max-concurrent-reconciles) (docs/security.md). 0: "+
 		"half the workers.")
+	fs.IntVar(&f.dominantReconciles, "dominant-reconciles", 0, "ExternalAction reconciles the dominant namespace may "+
+		"have at once while another namespace has had a request within the last second: the one whose reconciles took "+
+		"over half a worker and over twice the worker time of every other namespace with requests, averaged over 5 s; "+
+		"it stays so while it takes the most (docs/security.md). At most --contended-reconciles, which turns it off. "+
+		"0: an eighth of the workers.")
 	fs.IntVar(&f.statusWriteSeats, "status-write-seats", writeseats.DefaultPerNamespace, "ExternalAction status "+
 		"writes (claims and outcomes) one namespace may have at the API server at once while another namespace has written "+
 		"within the last second; its others wait, first come first served, and another namespace's never wait behind "+
@@ -194,7 +199,7 @@ func (f *managerFlags) options() app.Options {
 		LeaderElection: f.leaderElect, LeaderElectionNamespace: f.leNamespace,
 		ControllerNamespace: f.controllerNS, MaxConcurrentReconciles: f.concurrency, ClaimMargin: f.claimMargin,
 		MaxInFlight: f.maxInFlight, StatusWriteSeats: f.statusWriteSeats,
-		ContendedReconciles: f.contendedReconciles, ShutdownGrace: f.shutdownGrace,
+		ContendedReconciles: f.contendedReconciles, DominantReconciles: f.dominantReconciles, ShutdownGrace: f.shutdownGrace,
 		CollectionRate:            &f.collectionRate,
 		Egress:                    &f.egress,
 		InsecureSkipVerifyAllowed: f.insecureSkipVerifyAllowed,

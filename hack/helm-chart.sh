@@ -116,8 +116,9 @@ replace "${gws}" '    targetPort: 8443' '    targetPort: {{ .Values.gateway.metr
 # single-team install turns the mode off with that one value instead of restating the args.
 # The evaluation slots and their CPU budget (config/manager's --evaluation-slots, --evaluation-cpu) as
 # .Values.manager.evaluationSlots and .Values.manager.evaluationCPU, for the same reason; the status-write seats
-# (--status-write-seats) as .Values.manager.statusWriteSeats and the contended reconciles (--contended-reconciles) as
-# .Values.manager.contendedReconciles.
+# (--status-write-seats) as .Values.manager.statusWriteSeats, the contended reconciles (--contended-reconciles) as
+# .Values.manager.contendedReconciles and the dominant namespace's (--dominant-reconciles) as
+# .Values.manager.dominantReconciles.
 replace "${mgr}" '        {{- range .Values.manager.args }}' '        - --require-service-account={{ .Values.tenancy.requireServiceAccount }}
         {{- with .Values.manager.evaluationSlots }}
         - --evaluation-slots={{ . }}
@@ -130,6 +131,9 @@ replace "${mgr}" '        {{- range .Values.manager.args }}' '        - --requir
         {{- end }}
         {{- with .Values.manager.contendedReconciles }}
         - --contended-reconciles={{ . }}
+        {{- end }}
+        {{- with .Values.manager.dominantReconciles }}
+        - --dominant-reconciles={{ . }}
         {{- end }}
         {{- range .Values.manager.args }}'
 # The flags users set most, as values (values.yaml: manager.logLevel, manager.egress, manager.extraArgs), so that an

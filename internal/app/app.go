@@ -74,6 +74,10 @@ type Options struct {
 	// ContendedReconciles bounds the reconciles one namespace has at once while another namespace has requests
 	// (--contended-reconciles; 0: half the workers).
 	ContendedReconciles int
+	// DominantReconciles bounds, while another namespace has requests, the reconciles of the one namespace that
+	// took more than twice the worker time of every other (--dominant-reconciles, fairqueue.Shares; 0: an eighth
+	// of the workers).
+	DominantReconciles int
 	// CollectionRate is the collections a second that go in line with waiting sends (--collection-rate); nil:
 	// controller.DefaultCollectionRate.
 	CollectionRate *float64
@@ -258,7 +262,8 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	opts := controller.Options{
 		Holder: holder, ControllerNamespace: o.ControllerNamespace, ClaimMargin: o.ClaimMargin,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles, MaxInFlight: o.MaxInFlight, StatusWriteSeats: o.StatusWriteSeats,
-		ContendedReconciles: o.ContendedReconciles, ShutdownGrace: shutdownGrace(o), CollectionRate: o.CollectionRate,
+		ContendedReconciles: o.ContendedReconciles, DominantReconciles: o.DominantReconciles,
+		ShutdownGrace: shutdownGrace(o), CollectionRate: o.CollectionRate,
 		InsecureSkipVerifyAllowed: o.InsecureSkipVerifyAllowed, AllEvents: o.AllEvents, SkipNameValidation: o.SkipNameValidation,
 		Tombstones: tombstones, TombstoneStore: store, Tokens: tokens, Shards: shards,
 		Tenants: &destination.TenantSecrets{Config: cfg, Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),

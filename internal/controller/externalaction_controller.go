@@ -113,6 +113,11 @@ type Options struct {
 	// (--contended-reconciles, internal/fairqueue); not positive means half the workers (at least 1), and it is
 	// at most the number of workers.
 	ContendedReconciles int
+	// DominantReconciles bounds, while another namespace has requests, the reconciles of the dominant namespace,
+	// the one that has taken more than twice the worker time of every other (--dominant-reconciles,
+	// fairqueue.Shares); not positive means an eighth of the workers (at least 1), and it is at most
+	// ContendedReconciles.
+	DominantReconciles int
 	// ShutdownGrace is how long sends in flight are awaited after the stop began (--shutdown-grace); not
 	// positive means dispatch.DefaultShutdownGrace.
 	ShutdownGrace time.Duration
@@ -412,6 +417,21 @@ func (o *Options) contendedReconciles(workers int) int {
 	return min(o.ContendedReconciles, workers)
 }
 
+// shares is the fair queue's shares of workers (a number of reconciles each, fairqueue.Shares).
+func (o *Options) shares(workers int) fairqueue.Shares {
+	contended := o.contendedReconciles(workers)
+	return fairqueue.Shares{Alone: workers, Contended: contended, Dominant: o.dominantReconciles(workers, contended)}
+}
+
+// dominantReconciles is Options.DominantReconciles, or an eighth of workers (at least 1) when it is not
+// positive, at most contended.
+func (o *Options) dominantReconciles(workers, contended int) int {
+	if o.DominantReconciles <= 0 {
+		return min(max(workers/8, 1), contended)
+	}
+	return min(o.DominantReconciles, contended)
+}
+
 // statusWriteSeats is Options.StatusWriteSeats, or writeseats.DefaultPerNamespace when it is 0 (negative: 0,
 // no bound).
 func (o *Options) statusWriteSeats() int {
@@ -482,9 +502,10 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(outputs.ActionOf), builder.OnlyMetadata).
 		Named("externalaction").
 		// The workers are shared by every namespace: each gets a fair share of them (internal/fairqueue), all of
-		// them alone, ContendedReconciles (half of them) while other namespaces have requests too.
+		// them alone, ContendedReconciles (half of them) while other namespaces have requests too, and
+		// DominantReconciles (an eighth) then for the one namespace that dominates the workers' recent time.
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: &r.Options.SkipNameValidation,
-			NewQueue: fairqueue.NewQueue(workers, r.Options.contendedReconciles(workers), func(o *priorityqueue.Opts[reconcile.Request]) {
+			NewQueue: fairqueue.NewQueue(r.Options.shares(workers), func(o *priorityqueue.Opts[reconcile.Request]) {
 				o.Log = mgr.GetLogger().WithValues("controller", "externalaction")
 			})}).
 		Complete(r)

@@ -24,11 +24,18 @@
 // While another namespace has had a request added within the last second (internal/contention), a namespace's
 // share is the smaller contended one (the manager's --contended-reconciles, by default half its workers), and a
 // namespace alone still has them all. The contended share applies to every namespace while others have
-// requests, the quiet tenant's too. At 2 (of 16) it paced the busy tenant's bursts enough to meet the
-// noisy-neighbour goal in the envtest benchmark (team-b's p99 1.2 to 2.5 times its p99 alone, median 1.65x in
-// eight runs, against 2.61x at 8), but on the real cluster, where a reconcile beside the busy tenant took 44 ms on
-// average (under 10 ms in the benchmark), it held the quiet tenant itself to 2 workers: 12.97x, its actions
-// waiting seconds in its own backlog (docs/benchmarks.md). So the default stays at half the workers.
+// requests, the quiet tenant's too, so it cannot be small: at 2 (of 16) it paced a busy tenant's bursts enough to
+// meet the noisy-neighbour goal in the envtest benchmark, but on the real cluster, where a reconcile beside the
+// busy tenant took 44 ms on average, it held the quiet tenant itself to 2 workers (12.97x; docs/benchmarks.md).
+// The small share goes to one namespace only, the dominant one (Shares.Dominant, --dominant-reconciles, by
+// default an eighth of the workers): the one whose reconciles took more than twice the worker time of every other
+// namespace with requests (and more than half a worker), averaged over UsageWindow. It stays held while it keeps
+// the highest usage, between its bursts too; while held its usage falls, so another namespace that overtakes it
+// ends its turn. A quiet namespace whose reconciles slow down is not held beside a busier one (its usage must
+// pass twice the busier one's first), and two namespaces equally busy hold each other to the contended share only,
+// as before. This is usage-based fair sharing (as fair queuing in API Priority and Fairness serves first the
+// flow that has used the least): the cores the manager and the API server share are what a burst spends, and
+// the workers are the lever the manager holds.
 // So at most Share requests of one namespace are handed to workers at once, whatever the namespace's requests
 // were added by, and a namespace's own safety nets never stand ahead of another namespace's new request. Before
 // this, delayed adds went straight to the shared queue: in the noisy-neighbour benchmark one tenant had about
@@ -51,20 +58,20 @@ import (
 type Queue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
 
-	share     int
-	contended int                                           // the share while another namespace's requests were added within contention.DefaultWindow
-	rl        workqueue.TypedRateLimiter[reconcile.Request] // the backoff of rate-limited adds
+	shares Shares
+	rl     workqueue.TypedRateLimiter[reconcile.Request] // the backoff of rate-limited adds
 
 	mu       sync.Mutex
-	admitted map[reconcile.Request]bool // counted (in the shared queue or being reconciled): being reconciled
-	again    map[reconcile.Request]int  // added again while being reconciled: its priority
-	perNS    map[string]int             // admitted requests per namespace
-	backlogs map[string]*backlog        // per namespace, requests waiting for their share
-	parked   int                        // requests in all backlogs
-	delays   delays                     // delayed and rate-limited adds not yet due
-	timer    *time.Timer                // set to the earliest of them
-	recent   contention.Recent          // the latest adds, to tell whether another namespace has requests
-	now      func() time.Time           // the clock of recent (tests set it)
+	admitted map[reconcile.Request]time.Time // counted (in the shared queue or being reconciled): since when a worker has it (zero: waiting)
+	again    map[reconcile.Request]int       // added again while being reconciled: its priority
+	perNS    map[string]int                  // admitted requests per namespace
+	backlogs map[string]*backlog             // per namespace, requests waiting for their share
+	parked   int                             // requests in all backlogs
+	delays   delays                          // delayed and rate-limited adds not yet due
+	timer    *time.Timer                     // set to the earliest of them
+	recent   contention.Recent               // the latest adds, to tell whether another namespace has requests
+	usage    usages                          // each namespace's recent worker time, to tell which one dominates
+	now      func() time.Time                // the clock of recent (tests set it)
 	shut     bool
 }
 
@@ -76,27 +83,50 @@ type backlog struct {
 	order map[int][]reconcile.Request
 }
 
-// New wraps inner so that at most share (at least 1) requests of one namespace are admitted into it at once,
-// and at most contended (at least 1, at most share) while another namespace's requests were added within the
-// last contention.DefaultWindow: a namespace alone keeps share workers busy, and while others have requests
-// too it holds at most contended of them, the rest free for the others' next requests. rl gives the backoff of
-// rate-limited adds; it must be the rate limiter inner was built with, which keeps their failure counts
-// (Forget and NumRequeues are inner's). A nil rl is client-go's default controller rate limiter.
-func New(inner priorityqueue.PriorityQueue[reconcile.Request], rl workqueue.TypedRateLimiter[reconcile.Request], share,
-	contended int) *Queue {
+// Shares are how many requests of one namespace may be admitted at once (waiting in the shared queue or being
+// reconciled), a number of workers each.
+type Shares struct {
+	// Alone is the share while no other namespace has requests: at least 1, normally every worker.
+	Alone int
+	// Contended is the share while another namespace's requests were added within contention.DefaultWindow:
+	// 1 to Alone.
+	Contended int
+	// Dominant is the share, while contended, of the dominant namespace: the one whose reconciles took more than
+	// DominanceFloor workers on average over the last UsageWindow, and more than DominanceFactor times the worker
+	// time of every other namespace with requests. 1 to Contended; Contended means no namespace is held harder.
+	Dominant int
+}
+
+// clamped is s with each share in its range (Shares).
+func (s Shares) clamped() Shares {
+	s.Alone = max(s.Alone, 1)
+	s.Contended = min(max(s.Contended, 1), s.Alone)
+	s.Dominant = min(max(s.Dominant, 1), s.Contended)
+	return s
+}
+
+// New wraps inner so that at most shares.Alone requests of one namespace are admitted into it at once, at most
+// shares.Contended while another namespace's requests were added within the last contention.DefaultWindow, and
+// at most shares.Dominant while, in addition, the namespace dominates the workers' recent time (Shares): a
+// namespace alone keeps every worker busy, while others have requests too it holds at most Contended of them,
+// and one that has been taking more than twice the worker time of every other is held to Dominant, the rest
+// free for the others' next requests. Each share is clamped to its range. rl gives the backoff of rate-limited
+// adds; it must be the rate limiter inner was built with, which keeps their failure counts (Forget and
+// NumRequeues are inner's). A nil rl is client-go's default controller rate limiter.
+func New(inner priorityqueue.PriorityQueue[reconcile.Request], rl workqueue.TypedRateLimiter[reconcile.Request],
+	shares Shares) *Queue {
 	if rl == nil {
 		rl = workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()
 	}
-	share = max(share, 1)
-	return &Queue{PriorityQueue: inner, share: share, contended: min(max(contended, 1), share), rl: rl, now: time.Now, admitted: map[reconcile.Request]bool{},
-		again: map[reconcile.Request]int{}, perNS: map[string]int{}, backlogs: map[string]*backlog{},
-		delays: newDelays()}
+	return &Queue{PriorityQueue: inner, shares: shares.clamped(), rl: rl, now: time.Now,
+		admitted: map[reconcile.Request]time.Time{}, again: map[reconcile.Request]int{}, perNS: map[string]int{},
+		backlogs: map[string]*backlog{}, delays: newDelays()}
 }
 
 // NewQueue is a controller's NewQueue option (sigs.k8s.io/controller-runtime/pkg/controller.Options): the
 // priority queue controller-runtime builds by default, with its name, rate limiter and opts, made fair over
-// namespaces with share requests each, contended while other namespaces have requests too (New).
-func NewQueue(share, contended int, opts ...priorityqueue.Opt[reconcile.Request]) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+// namespaces with the given shares (New).
+func NewQueue(shares Shares, opts ...priorityqueue.Opt[reconcile.Request]) func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	return func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 		if rl == nil {
 			rl = workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()
@@ -104,7 +134,7 @@ func NewQueue(share, contended int, opts ...priorityqueue.Opt[reconcile.Request]
 		all := append([]priorityqueue.Opt[reconcile.Request]{func(o *priorityqueue.Opts[reconcile.Request]) {
 			o.RateLimiter = rl
 		}}, opts...)
-		return New(priorityqueue.New(name, all...), rl, share, contended)
+		return New(priorityqueue.New(name, all...), rl, shares)
 	}
 }
 
@@ -163,8 +193,8 @@ func (q *Queue) add(it reconcile.Request, p int) bool {
 		p = max(p, d.prio)
 		q.delays.drop(it)
 	}
-	if busy, ok := q.admitted[it]; ok {
-		if !busy {
+	if at, ok := q.admitted[it]; ok {
+		if at.IsZero() {
 			return true
 		}
 		if old, ok := q.again[it]; !ok || p > old {
@@ -174,11 +204,12 @@ func (q *Queue) add(it reconcile.Request, p int) bool {
 	}
 	now := q.now()
 	q.recent.Mark(it.Namespace, now)
+	q.usage.of(it.Namespace).added = now
 	if q.perNS[it.Namespace] >= q.shareOf(it.Namespace, now) {
 		q.park(it, p)
 		return false
 	}
-	q.admitted[it] = false
+	q.admitted[it] = time.Time{}
 	q.perNS[it.Namespace]++
 	return true
 }
@@ -187,8 +218,8 @@ func (q *Queue) add(it reconcile.Request, p int) bool {
 // shared queue or in its backlog, or added again while being reconciled, is due already (a higher p raises it
 // there), and of two delayed adds of one request the earlier wins, at the higher priority. Locked.
 func (q *Queue) later(it reconcile.Request, p int, after time.Duration) {
-	if busy, ok := q.admitted[it]; ok {
-		if !busy {
+	if at, ok := q.admitted[it]; ok {
+		if at.IsZero() {
 			q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{Priority: &p}, it) // raises its priority, if higher
 			return
 		}
@@ -274,7 +305,7 @@ func (q *Queue) GetWithPriority() (reconcile.Request, int, bool) {
 	it, p, shutdown := q.PriorityQueue.GetWithPriority()
 	q.mu.Lock()
 	if _, ok := q.admitted[it]; ok {
-		q.admitted[it] = true
+		q.admitted[it] = q.now()
 	}
 	q.mu.Unlock()
 	return it, p, shutdown
@@ -286,19 +317,24 @@ func (q *Queue) Get() (reconcile.Request, bool) {
 	return it, shutdown
 }
 
-// Done marks item as reconciled. When it was admitted, its place is its namespace's again: if it was added
-// again meanwhile it goes to the back of the namespace's backlog, and the namespace's next held requests
-// (highest priority, then first held) are admitted while it is under its share (one, or more when its share
-// grew back because the other namespaces went quiet).
+// Done marks item as reconciled. When it was admitted, its place is its namespace's again and the worker time
+// it took counts in its namespace's usage: if it was added again meanwhile it goes to the back of the
+// namespace's backlog, and the namespace's next held requests (highest priority, then first held) are admitted
+// while it is under its share (one, or more when its share grew back because the other namespaces went quiet).
 func (q *Queue) Done(item reconcile.Request) {
 	q.PriorityQueue.Done(item)
 	q.mu.Lock()
-	if _, ok := q.admitted[item]; !ok {
+	at, ok := q.admitted[item]
+	if !ok {
 		q.mu.Unlock()
 		return
 	}
 	delete(q.admitted, item)
 	ns := item.Namespace
+	now := q.now()
+	if !at.IsZero() {
+		q.usage.of(ns).spend(now.Sub(at), now)
+	}
 	if q.perNS[ns]--; q.perNS[ns] <= 0 {
 		delete(q.perNS, ns)
 	}
@@ -311,12 +347,12 @@ func (q *Queue) Done(item reconcile.Request) {
 		p  int
 	}
 	var next []held
-	for share := q.shareOf(ns, q.now()); q.perNS[ns] < share; {
+	for share := q.shareOf(ns, now); q.perNS[ns] < share; {
 		it, p, ok := q.unpark(ns)
 		if !ok {
 			break
 		}
-		q.admitted[it] = false
+		q.admitted[it] = time.Time{}
 		q.perNS[ns]++
 		next = append(next, held{it, p})
 	}
@@ -326,13 +362,25 @@ func (q *Queue) Done(item reconcile.Request) {
 	}
 }
 
-// shareOf is ns's share at now: contended while another namespace's requests were added within the window,
-// else share. Locked.
+// shareOf is ns's share at now: Alone unless another namespace's requests were added within the window, else
+// Dominant if ns is the dominant namespace, else Contended (Shares). Locked.
 func (q *Queue) shareOf(ns string, now time.Time) int {
-	if q.contended < q.share && q.recent.Others(ns, now, 0) {
-		return q.contended
+	s := q.shares
+	if s.Dominant >= s.Alone || !q.recent.Others(ns, now, 0) {
+		return s.Alone
 	}
-	return q.share
+	if s.Dominant < s.Contended && q.usage.dominant(now, q.active(now)) == ns {
+		return s.Dominant
+	}
+	return s.Contended
+}
+
+// active tells, at now, whether a namespace (and its usage entry) has requests: added within
+// contention.DefaultWindow, admitted, or held in its backlog. Locked.
+func (q *Queue) active(now time.Time) func(string, *usage) bool {
+	return func(ns string, u *usage) bool {
+		return now.Sub(u.added) < contention.DefaultWindow || q.perNS[ns] > 0 || q.backlogs[ns] != nil
+	}
 }
 
 // unpark takes ns's next held request: the first held at the highest priority. Locked.

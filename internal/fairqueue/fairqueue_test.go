@@ -2,6 +2,7 @@ package fairqueue
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ func req(ns string, i int) reconcile.Request {
 
 func newQueue(t *testing.T, share int) *Queue {
 	t.Helper()
-	q := NewQueue(share, share)(t.Name(), nil).(*Queue)
+	q := NewQueue(Shares{share, share, share})(t.Name(), nil).(*Queue)
 	t.Cleanup(q.ShutDown)
 	return q
 }
@@ -259,7 +260,7 @@ func TestDelayedAddsComeDueInTimeOrder(t *testing.T) {
 // While another namespace has requests, a namespace holds at most its contended share of the workers; alone it
 // keeps its whole share, and it gets that back once the others have been quiet for the window.
 func TestANamespaceHoldsItsContendedShareWhileAnotherHasRequests(t *testing.T) {
-	q := NewQueue(4, 2)(t.Name(), nil).(*Queue)
+	q := NewQueue(Shares{4, 2, 2})(t.Name(), nil).(*Queue)
 	t.Cleanup(q.ShutDown)
 	var mu sync.Mutex
 	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
@@ -302,5 +303,127 @@ func TestANamespaceHoldsItsContendedShareWhileAnotherHasRequests(t *testing.T) {
 	}
 	if it, ok := tryGet(q, 50*time.Millisecond); ok {
 		t.Fatalf("%v was handed out beyond team-a's share of 4", it)
+	}
+}
+
+// Which namespace dominates: the one over the floor and over DominanceFactor times every other namespace with
+// requests, never one whose usage grew while another's stays at least half of it (a quiet tenant whose
+// reconciles slowed down beside a busy one), and none with a single namespace active; one held stays held while
+// it keeps the highest usage, and is released once another overtakes it or no other has requests.
+func TestUsagesDominant(t *testing.T) {
+	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		busy   map[string]float64
+		quiet  []string // entries with no requests
+		was    string   // the dominant namespace before
+		want   string
+		remain int // entries left after the scan
+	}{
+		{"one dominates", map[string]float64{"a": 3, "b": 1}, nil, "", "a", 2},
+		{"not twice the other", map[string]float64{"a": 3, "b": 1.6}, nil, "", "", 2},
+		{"under the floor", map[string]float64{"a": 0.4, "b": 0.1}, nil, "", "", 2},
+		{"a third close behind", map[string]float64{"a": 3, "b": 1, "c": 2}, nil, "", "", 3},
+		{"the other has no requests", map[string]float64{"a": 3, "b": 0.1}, []string{"b"}, "", "", 2},
+		{"a slowed quiet tenant beside a busy one", map[string]float64{"a": 4, "b": 2.5}, nil, "", "", 2},
+		{"a new tenant with no usage yet", map[string]float64{"a": 3, "b": 0}, nil, "", "a", 2},
+		{"a forgotten entry", map[string]float64{"a": 3, "b": 1, "gone": 0}, []string{"gone"}, "", "a", 2},
+		{"held, still the top", map[string]float64{"a": 0.3, "b": 0.2}, nil, "a", "a", 2},
+		{"held, overtaken", map[string]float64{"a": 0.3, "b": 0.4}, nil, "a", "", 2},
+		{"held, overtaken by twice", map[string]float64{"a": 0.3, "b": 0.7}, nil, "a", "b", 2},
+		{"held, the other gone quiet", map[string]float64{"a": 0.3, "b": 0.2}, []string{"b"}, "a", "", 2},
+		{"the quiet tenant never takes the turn of a busier one", map[string]float64{"a": 2, "b": 1.5}, nil, "b", "", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			us := usages{dom: tc.was}
+			for ns, v := range tc.busy {
+				u := us.of(ns)
+				u.busy, u.at, u.added = v, now, now
+				if slices.Contains(tc.quiet, ns) {
+					u.added = now.Add(-time.Minute)
+				}
+			}
+			active := func(_ string, u *usage) bool { return now.Sub(u.added) < time.Second }
+			if got := us.dominant(now, active); got != tc.want {
+				t.Errorf("dominant = %q; want %q", got, tc.want)
+			}
+			if len(us.by) != tc.remain {
+				t.Errorf("%d entries left; want %d", len(us.by), tc.remain)
+			}
+		})
+	}
+}
+
+// A namespace whose reconciles took most of the workers' time is held to its dominant share while another
+// namespace has requests, the other keeping its contended share; once its usage has decayed it gets its
+// contended share back.
+func TestTheDominantNamespaceHoldsItsDominantShare(t *testing.T) {
+	q := NewQueue(Shares{Alone: 8, Contended: 4, Dominant: 2})(t.Name(), nil).(*Queue)
+	t.Cleanup(q.ShutDown)
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	q.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	// taken hands out every request waiting in the shared queue, all of ns.
+	taken := func(ns string) []reconcile.Request {
+		t.Helper()
+		var got []reconcile.Request
+		for {
+			it, ok := tryGet(q, 50*time.Millisecond)
+			if !ok {
+				return got
+			}
+			if it.Namespace != ns {
+				t.Fatalf("got %v; want only %s's requests", it, ns)
+			}
+			got = append(got, it)
+		}
+	}
+	for i := range 40 {
+		q.Add(req("team-a", i))
+	}
+	// Alone, team-a keeps its 8 workers busy for a second, twice: about 2.9 busy workers over UsageWindow.
+	for range 2 {
+		held := taken("team-a")
+		if len(held) != 8 {
+			t.Fatalf("team-a alone had %d handed out; want its whole share, 8", len(held))
+		}
+		advance(time.Second)
+		for _, it := range held {
+			q.Done(it)
+		}
+	}
+	held := taken("team-a")
+	q.Add(req("team-a", 40)) // team-a is still asking
+	for i := range 10 {
+		q.Add(req("team-b", i))
+	}
+	got := taken("team-b")
+	if len(got) != 4 {
+		t.Fatalf("team-b had %d handed out; want its contended share, 4 (it does not dominate)", len(got))
+	}
+	for _, it := range held {
+		q.Done(it)
+	}
+	held = taken("team-a")
+	if len(held) != 2 {
+		t.Fatalf("team-a had %d handed out once its 8 were done; want its dominant share, 2", len(held))
+	}
+	// team-b's requests all done and none added for the window: team-a is alone again, with its whole share.
+	for b := len(got); ; b += len(got) {
+		for _, it := range got {
+			q.Done(it)
+		}
+		if b == 10 {
+			break
+		}
+		if got = taken("team-b"); len(got) == 0 {
+			t.Fatalf("team-b had %d of its 10 requests handed out, then none", b)
+		}
+	}
+	advance(2 * time.Second)
+	q.Done(held[0])
+	if more := taken("team-a"); len(more) != 7 {
+		t.Fatalf("team-a had %d more handed out once alone; want 7, up to its whole share of 8", len(more))
 	}
 }

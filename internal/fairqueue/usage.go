@@ -1,0 +1,104 @@
+package fairqueue
+
+import (
+	"math"
+	"time"
+)
+
+const (
+	// UsageWindow is the time constant of each namespace's worker usage: an exponentially weighted moving average
+	// of its reconciles' worker time, so a reconcile done UsageWindow ago counts 1/e of one done now.
+	UsageWindow = 5 * time.Second
+	// DominanceFactor is how many times the usage of every other namespace with requests a namespace's must
+	// exceed for it to be dominant (and held to Shares.Dominant).
+	DominanceFactor = 2.0
+	// DominanceFloor is the usage (busy workers on average over UsageWindow) a namespace's must exceed for it to be
+	// dominant: one that keeps under half a worker busy is never held harder, however small the others' usage.
+	DominanceFloor = 0.5
+	// dominanceTTL is how long a computed dominant namespace stands before it is computed again: the scan is over
+	// every namespace with usage, so an add pays it at most once in this time.
+	dominanceTTL = 100 * time.Millisecond
+	// usageFloor is the usage (busy workers) under which a namespace's entry is forgotten once it has no
+	// requests: it could no longer be dominant, nor make another namespace dominant by its absence.
+	usageFloor = 1e-3
+)
+
+// usage is one namespace's recent worker usage: busy is the moving average of its busy workers (worker seconds
+// per second) at at; added is when a request of it was last added.
+type usage struct {
+	busy      float64
+	at, added time.Time
+}
+
+// value is u's busy workers decayed to now.
+func (u *usage) value(now time.Time) float64 {
+	if d := now.Sub(u.at); d > 0 {
+		return u.busy * math.Exp(-d.Seconds()/UsageWindow.Seconds())
+	}
+	return u.busy
+}
+
+// spend adds a reconcile of took (a duration of worker time) ended at now.
+func (u *usage) spend(took time.Duration, now time.Time) {
+	u.busy = u.value(now) + took.Seconds()/UsageWindow.Seconds()
+	u.at = now
+}
+
+// usages is every namespace's recent usage, and the dominant namespace last computed from them.
+type usages struct {
+	by    map[string]*usage
+	dom   string    // "" for none
+	domAt time.Time // when dom was computed
+}
+
+func (us *usages) of(ns string) *usage {
+	if us.by == nil {
+		us.by = map[string]*usage{}
+	}
+	u := us.by[ns]
+	if u == nil {
+		u = &usage{}
+		us.by[ns] = u
+	}
+	return u
+}
+
+// dominant is the dominant namespace at now, or "" when none is: at most one namespace is dominant at once.
+// One becomes dominant when its usage is over DominanceFloor and over DominanceFactor times the usage of every
+// other namespace that has requests (active tells, given a namespace and its usage entry), and stays dominant
+// while it keeps the highest usage of them, so that it is still held between its bursts; while held its usage
+// falls, and another namespace that overtakes it ends its turn. Computed at most once per dominanceTTL;
+// entries gone quiet are forgotten while scanning.
+func (us *usages) dominant(now time.Time, active func(string, *usage) bool) string {
+	if !us.domAt.IsZero() && now.Sub(us.domAt) < dominanceTTL && now.After(us.domAt) {
+		return us.dom
+	}
+	was := us.dom
+	us.dom, us.domAt = "", now
+	top, second, n := "", 0.0, 0
+	topV := -1.0
+	for ns, u := range us.by {
+		on := active(ns, u)
+		v := u.value(now)
+		if !on {
+			if v < usageFloor {
+				delete(us.by, ns)
+			}
+			continue
+		}
+		n++
+		if v > topV {
+			top, second, topV = ns, max(second, topV), v
+		} else {
+			second = max(second, v)
+		}
+	}
+	switch {
+	case n < 2:
+	case top == was && topV > second:
+		us.dom = top
+	case topV > DominanceFloor && topV > DominanceFactor*second:
+		us.dom = top
+	}
+	return us.dom
+}
