@@ -212,6 +212,14 @@ func addMembership(mgr ctrl.Manager, o Options, leID, holder string, clk clock.P
 	return m, nil
 }
 
+// clockOf is o.Clock, or the real clock when it is nil.
+func clockOf(o Options) clock.Clock {
+	if o.Clock == nil {
+		return clock.RealClock{}
+	}
+	return o.Clock
+}
+
 // New builds a manager with every actionledger controller registered.
 func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	watchSelector, leID, err := shardOf(o)
@@ -234,10 +242,7 @@ func New(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	clk := o.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
+	clk := clockOf(o)
 	exec, tokens, policy, err := executor(mgr, cfg, o)
 	if err != nil {
 		return nil, err

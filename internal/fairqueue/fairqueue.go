@@ -29,8 +29,8 @@
 // busy tenant took 44 ms on average, it held the quiet tenant itself to 2 workers (12.97x; docs/benchmarks.md).
 // The small share goes to one namespace only, the dominant one (Shares.Dominant, --dominant-reconciles, by
 // default an eighth of the workers): the one whose reconciles took more than twice the worker time of every other
-// namespace with requests (and more than half a worker), averaged over UsageWindow, a reconcile counting while it
-// runs (so a long one neither hides its namespace's usage nor lands on it at once). It stays held while it keeps
+// namespace with requests (and more than half a worker), averaged over UsageWindow, a reconcile counting when it
+// ends. It stays held while it keeps
 // the highest usage, between its bursts too; while held its usage falls, so another namespace that overtakes it
 // ends its turn. A quiet namespace whose reconciles slow down is not held beside a busier one (its usage must
 // pass twice the busier one's first), and two namespaces equally busy hold each other to the contended share only,
@@ -302,7 +302,7 @@ func (q *Queue) park(it reconcile.Request, p int) {
 }
 
 // GetWithPriority takes the next request and its priority from the shared queue, as the priority queue does, and
-// counts its worker busy in its namespace's usage until its Done.
+// notes when a worker took it.
 func (q *Queue) GetWithPriority() (reconcile.Request, int, bool) {
 	it, p, shutdown := q.PriorityQueue.GetWithPriority()
 	if shutdown {
@@ -315,9 +315,7 @@ func (q *Queue) GetWithPriority() (reconcile.Request, int, bool) {
 		// it is reconciled within its namespace's count and its worker time is its namespace's.
 		q.perNS[it.Namespace]++
 	}
-	now := q.now()
-	q.admitted[it] = now
-	q.usage.of(it.Namespace).start(now)
+	q.admitted[it] = q.now()
 	q.mu.Unlock()
 	return it, p, shutdown
 }
@@ -328,8 +326,8 @@ func (q *Queue) Get() (reconcile.Request, bool) {
 	return it, shutdown
 }
 
-// Done marks item as reconciled. When it was admitted, its place is its namespace's again and its worker stops
-// counting in its namespace's usage: if it was added again meanwhile it goes to the back of the
+// Done marks item as reconciled. When it was admitted, its place is its namespace's again and the worker time
+// it took counts in its namespace's usage: if it was added again meanwhile it goes to the back of the
 // namespace's backlog, and the namespace's next held requests (highest priority, then first held) are admitted
 // while it is under its share (one, or more when its share grew back because the other namespaces went quiet).
 func (q *Queue) Done(item reconcile.Request) {
@@ -344,7 +342,7 @@ func (q *Queue) Done(item reconcile.Request) {
 	ns := item.Namespace
 	now := q.now()
 	if !at.IsZero() {
-		q.usage.of(ns).stop(now)
+		q.usage.of(ns).spend(now.Sub(at), now)
 	}
 	if q.perNS[ns]--; q.perNS[ns] <= 0 {
 		delete(q.perNS, ns)
