@@ -74,6 +74,8 @@ type Queue struct {
 	usage    usages                          // each namespace's recent worker time, to tell which one dominates
 	now      func() time.Time                // the clock of recent (tests set it)
 	shut     bool
+	// unregister takes the queue out of actionledger_reconciles_dominant (metrics.ReconcilesDominant) at shutdown.
+	unregister func()
 }
 
 // backlog is one namespace's requests waiting for its share: each request's priority, and for each priority
@@ -119,9 +121,11 @@ func New(inner priorityqueue.PriorityQueue[reconcile.Request], rl workqueue.Type
 	if rl == nil {
 		rl = workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()
 	}
-	return &Queue{PriorityQueue: inner, shares: shares.clamped(), rl: rl, now: time.Now,
+	q := &Queue{PriorityQueue: inner, shares: shares.clamped(), rl: rl, now: time.Now,
 		admitted: map[reconcile.Request]time.Time{}, again: map[reconcile.Request]int{}, perNS: map[string]int{},
 		backlogs: map[string]*backlog{}, delays: newDelays()}
+	q.unregister = metrics.ReconcilesDominant.Source(q.Dominant)
+	return q
 }
 
 // NewQueue is a controller's NewQueue option (sigs.k8s.io/controller-runtime/pkg/controller.Options): the
@@ -378,10 +382,34 @@ func (q *Queue) shareOf(ns string, now time.Time) int {
 	if s.Dominant >= s.Alone || !q.recent.Others(ns, now, 0) {
 		return s.Alone
 	}
-	if s.Dominant < s.Contended && q.usage.dominant(now, q.active(now)) == ns {
+	if q.held(now) == ns {
 		return s.Dominant
 	}
 	return s.Contended
+}
+
+// Dominant is the namespace held to Shares.Dominant now, or "" when none is (actionledger_reconciles_dominant):
+// the dominant namespace while another namespace has requests, when the dominant share is smaller than the
+// contended one.
+func (q *Queue) Dominant() string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.shut {
+		return ""
+	}
+	return q.held(q.now())
+}
+
+// held is the namespace held to Shares.Dominant at now, or "". Locked.
+func (q *Queue) held(now time.Time) string {
+	if q.shares.Dominant >= q.shares.Contended {
+		return ""
+	}
+	ns := q.usage.dominant(now, q.active(now))
+	if ns == "" || !q.recent.Others(ns, now, 0) {
+		return ""
+	}
+	return ns
 }
 
 // active tells, at now, whether a namespace (and its usage entry) has requests: added within
@@ -449,8 +477,12 @@ func (q *Queue) ShutDownWithDrain() {
 	q.PriorityQueue.ShutDownWithDrain()
 }
 
-// drop stops the timers and forgets every request not yet in the shared queue.
+// drop stops the timers, forgets every request not yet in the shared queue and takes the queue out of the
+// metrics.
 func (q *Queue) drop() {
+	if q.unregister != nil {
+		q.unregister()
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.shut = true

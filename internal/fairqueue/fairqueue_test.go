@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/actionledger/actionledger/internal/metrics"
 )
 
 func req(ns string, i int) reconcile.Request {
@@ -359,7 +362,8 @@ func TestUsagesDominant(t *testing.T) {
 // contended share back.
 func TestTheDominantNamespaceHoldsItsDominantShare(t *testing.T) {
 	q := NewQueue(Shares{Alone: 8, Contended: 4, Dominant: 2})(t.Name(), nil).(*Queue)
-	t.Cleanup(q.ShutDown)
+	shutDown := sync.OnceFunc(q.ShutDown)
+	t.Cleanup(shutDown)
 	var mu sync.Mutex
 	now := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
 	q.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
@@ -402,6 +406,9 @@ func TestTheDominantNamespaceHoldsItsDominantShare(t *testing.T) {
 	if len(got) != 4 {
 		t.Fatalf("team-b had %d handed out; want its contended share, 4 (it does not dominate)", len(got))
 	}
+	if d, series := q.Dominant(), dominantSeries(t); d != "team-a" || !slices.Equal(series, []string{"team-a"}) {
+		t.Fatalf("held now: %q, actionledger_reconciles_dominant series %v; want team-a and [team-a]", d, series)
+	}
 	for _, it := range held {
 		q.Done(it)
 	}
@@ -422,10 +429,42 @@ func TestTheDominantNamespaceHoldsItsDominantShare(t *testing.T) {
 		}
 	}
 	advance(2 * time.Second)
+	// Nothing was added since: the metric is computed at the scrape, so team-a is no longer held in it.
+	if d, series := q.Dominant(), dominantSeries(t); d != "" || len(series) != 0 {
+		t.Fatalf("team-b quiet for 2 s: held %q, actionledger_reconciles_dominant series %v; want none", d, series)
+	}
 	q.Done(held[0])
 	if more := taken("team-a"); len(more) != 7 {
 		t.Fatalf("team-a had %d more handed out once alone; want 7, up to its whole share of 8", len(more))
 	}
+	shutDown()
+	if series := dominantSeries(t); len(series) != 0 {
+		t.Fatalf("after ShutDown: actionledger_reconciles_dominant series %v; want none", series)
+	}
+}
+
+// dominantSeries is the namespace label of each actionledger_reconciles_dominant series a scrape reads now, each
+// checked to be 1.
+func dominantSeries(t *testing.T) []string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.ReconcilesDominant)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if v := m.GetGauge().GetValue(); v != 1 {
+				t.Errorf("%s %v = %v; want 1", mf.GetName(), m.GetLabel(), v)
+			}
+			for _, l := range m.GetLabel() {
+				out = append(out, l.GetValue())
+			}
+		}
+	}
+	return out
 }
 
 // A request handed to the shared queue again just as a worker took it (AddWithOpts re-adds a waiting request

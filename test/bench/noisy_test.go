@@ -177,7 +177,16 @@ func TestBenchmarkNoisy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	heldDuring := noisy.SampleHeld(func() noisy.Metrics {
+		m, err := p.scrape()
+		if err != nil {
+			return nil
+		}
+		return m
+	}, time.Second)
 	loud, err := noisy.TeamB(ctx, wc, nsB, "payments", "noisy", n, rate, 4*time.Minute)
+	t.Logf("noisy: held to the dominant share during team-b's run (actionledger_reconciles_dominant, scraped every second): %s",
+		heldDuring())
 	if aWrites != nil {
 		for _, l := range aWrites.Stop() {
 			t.Logf("trace noisy: team-a's watch events during team-b's run: %s", l)
