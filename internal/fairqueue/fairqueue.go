@@ -382,7 +382,7 @@ func (q *Queue) shareOf(ns string, now time.Time) int {
 	if s.Dominant >= s.Alone || !q.recent.Others(ns, now, 0) {
 		return s.Alone
 	}
-	if q.held(now) == ns {
+	if q.held(now, q.usage.dominant) == ns {
 		return s.Dominant
 	}
 	return s.Contended
@@ -397,15 +397,16 @@ func (q *Queue) Dominant() string {
 	if q.shut {
 		return ""
 	}
-	return q.held(q.now())
+	return q.held(q.now(), q.usage.peek)
 }
 
-// held is the namespace held to Shares.Dominant at now, or "". Locked.
-func (q *Queue) held(now time.Time) string {
+// held is the namespace held to Shares.Dominant at now, or "", as dominant (usages.dominant, or usages.peek to
+// change nothing) finds it. Locked.
+func (q *Queue) held(now time.Time, dominant func(time.Time, func(string, *usage) bool) string) string {
 	if q.shares.Dominant >= q.shares.Contended {
 		return ""
 	}
-	ns := q.usage.dominant(now, q.active(now))
+	ns := dominant(now, q.active(now))
 	if ns == "" || !q.recent.Others(ns, now, 0) {
 		return ""
 	}

@@ -347,6 +347,11 @@ func TestUsagesDominant(t *testing.T) {
 				}
 			}
 			active := func(_ string, u *usage) bool { return now.Sub(u.added) < time.Second }
+			// peek (the metrics' read) finds the same and changes nothing: no entry forgotten, nothing cached.
+			if got := us.peek(now, active); got != tc.want || len(us.by) != len(tc.busy) || us.dom != tc.was || !us.domAt.IsZero() {
+				t.Errorf("peek = %q with %d entries, %q cached at %v; want %q, %d, %q unset", got, len(us.by), us.dom,
+					us.domAt, tc.want, len(tc.busy), tc.was)
+			}
 			if got := us.dominant(now, active); got != tc.want {
 				t.Errorf("dominant = %q; want %q", got, tc.want)
 			}

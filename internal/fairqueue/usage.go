@@ -75,18 +75,37 @@ func (us *usages) of(ns string) *usage {
 // falls, and another namespace that overtakes it ends its turn. Computed at most once per dominanceTTL;
 // entries gone quiet are forgotten while scanning.
 func (us *usages) dominant(now time.Time, active func(string, *usage) bool) string {
-	if !us.domAt.IsZero() && now.Sub(us.domAt) < dominanceTTL && !now.Before(us.domAt) {
+	if us.fresh(now) {
 		return us.dom
 	}
-	was := us.dom
-	us.dom, us.domAt = "", now
+	us.dom, us.domAt = us.pick(now, active, us.dom, true), now
+	return us.dom
+}
+
+// peek is what dominant would return at now, without changing anything: a read for the metrics, which must not
+// change what the queue decides.
+func (us *usages) peek(now time.Time, active func(string, *usage) bool) string {
+	if us.fresh(now) {
+		return us.dom
+	}
+	return us.pick(now, active, us.dom, false)
+}
+
+// fresh tells whether the dominant namespace computed last still stands at now (dominanceTTL).
+func (us *usages) fresh(now time.Time) bool {
+	return !us.domAt.IsZero() && now.Sub(us.domAt) < dominanceTTL && !now.Before(us.domAt)
+}
+
+// pick computes the dominant namespace at now (dominant's rule), was being the one before; with forget, entries
+// gone quiet are deleted on the way.
+func (us *usages) pick(now time.Time, active func(string, *usage) bool, was string, forget bool) string {
 	top, second, n := "", 0.0, 0
 	topV := -1.0
 	for ns, u := range us.by {
 		on := active(ns, u)
 		v := u.value(now)
 		if !on {
-			if v < usageFloor {
+			if forget && v < usageFloor {
 				delete(us.by, ns)
 			}
 			continue
@@ -101,9 +120,9 @@ func (us *usages) dominant(now time.Time, active func(string, *usage) bool) stri
 	switch {
 	case n < 2:
 	case top == was && topV > second:
-		us.dom = top
+		return top
 	case topV > DominanceFloor && topV > DominanceFactor*second:
-		us.dom = top
+		return top
 	}
-	return us.dom
+	return ""
 }

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
@@ -401,7 +403,7 @@ func TeamB(ctx context.Context, wc client.WithWatch, ns, dest, prefix string, n 
 	timeout time.Duration) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	w, err := wc.Watch(ctx, &actionsv1alpha1.ExternalActionList{}, client.InNamespace(ns))
+	w, err := retryWatch(ctx, wc, ns)
 	if err != nil {
 		return Result{}, fmt.Errorf("watching %s: %w", ns, err)
 	}
@@ -446,6 +448,21 @@ func TeamB(ctx context.Context, wc client.WithWatch, ns, dest, prefix string, n 
 		return res, errors.New("team-b's actions did not all end in time")
 	}
 	return res, nil
+}
+
+// retryWatch watches the ExternalActions of ns from now on, as an informer does: when the API server ends the
+// watch (it may, under load, for a watcher it finds slow), it is started again from the last resourceVersion seen,
+// so no event is lost (client-go's RetryWatcher). It ends with ctx, or when the resourceVersion is too old to
+// watch from (410 Gone).
+func retryWatch(ctx context.Context, wc client.WithWatch, ns string) (watch.Interface, error) {
+	list := &actionsv1alpha1.ExternalActionList{}
+	if err := wc.List(ctx, list, client.InNamespace(ns), client.Limit(1)); err != nil {
+		return nil, err
+	}
+	return watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return wc.Watch(ctx, &actionsv1alpha1.ExternalActionList{}, client.InNamespace(ns), &client.ListOptions{Raw: &o})
+		}})
 }
 
 // creator creates team-b's actions and remembers when each create began.
