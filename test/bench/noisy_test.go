@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -177,16 +178,7 @@ func TestBenchmarkNoisy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	heldDuring := noisy.SampleHeld(func() noisy.Metrics {
-		m, err := p.scrape()
-		if err != nil {
-			return nil
-		}
-		return m
-	}, time.Second)
 	loud, err := noisy.TeamB(ctx, wc, nsB, "payments", "noisy", n, rate, 4*time.Minute)
-	t.Logf("noisy: held to the dominant share during team-b's run (actionledger_reconciles_dominant, scraped every second): %s",
-		heldDuring())
 	if aWrites != nil {
 		for _, l := range aWrites.Stop() {
 			t.Logf("trace noisy: team-a's watch events during team-b's run: %s", l)
@@ -208,7 +200,8 @@ func TestBenchmarkNoisy(t *testing.T) {
 			managerPeaks["reconciles"] = c
 		}
 	}
-	t.Logf("noisy: the manager's gauges beside team-a, largest sampled: %v", managerPeaks)
+	t.Logf("noisy: the manager's gauges beside team-a, largest sampled: %v; held to the dominant share "+
+		"(actionledger_reconciles_dominant) from team-a's start to team-b's end: %s", managerPeaks, peaks.heldSummary())
 	t.Logf("noisy: team-b beside team-a: %s; manager peak RSS %.1f MiB; %s", loud, noisyRSS/(1<<20), teamA)
 	if err != nil {
 		t.Errorf("team-b beside team-a: %v", err)
@@ -337,11 +330,25 @@ func (s *rssSampler) stop() float64 {
 	return s.peak
 }
 
-// metricSampler samples the manager's gauges every second until stop, which returns the largest of each.
+// metricSampler samples the manager's gauges every second until stop, which returns the largest of each, and
+// counts the samples in which each namespace was held to the dominant share (noisy.Metrics.Held).
 type metricSampler struct {
 	*sampling
-	mu   sync.Mutex
-	peak map[string]float64
+	mu      sync.Mutex
+	peak    map[string]float64
+	held    map[string]int
+	samples int
+}
+
+// heldSummary describes the held counts ("t3-... 10, none 1 of 11 samples"); call it after stop.
+func (s *metricSampler) heldSummary() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	parts := make([]string, 0, len(s.held))
+	for _, k := range slices.Sorted(maps.Keys(s.held)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, s.held[k]))
+	}
+	return fmt.Sprintf("%s of %d samples", strings.Join(parts, ", "), s.samples)
 }
 
 // managerGauges are the gauges metricSampler reads: name -> metric and label filter.
@@ -356,7 +363,7 @@ var managerGauges = map[string][2]string{
 }
 
 func sampleMetrics(p *proc) *metricSampler {
-	s := &metricSampler{peak: map[string]float64{}}
+	s := &metricSampler{peak: map[string]float64{}, held: map[string]int{}}
 	s.sampling = sampleEvery(time.Second, func() {
 		m, err := p.scrape()
 		if err != nil {
@@ -364,6 +371,14 @@ func sampleMetrics(p *proc) *metricSampler {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		s.samples++
+		held := noisy.Metrics(m).Held()
+		if len(held) == 0 {
+			s.held["none"]++
+		}
+		for _, ns := range held {
+			s.held[ns]++
+		}
 		for k, g := range managerGauges {
 			v := sum(m, g[0], g[1])
 			if k == "heapInuseMiB" {

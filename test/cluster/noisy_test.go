@@ -104,13 +104,13 @@ func testNoisyNeighbour(t *testing.T, p *product) {
 	swing := srvA.WaitBurst(load, time.Minute)
 	t.Logf("cluster: noisy neighbour: team-a in full swing after %.1fs (%v)", time.Since(warm).Seconds(), swing)
 	lm0, lc0 := scrape(), nodeCPU()
-	heldDuring := noisy.SampleHeld(scrape, time.Second)
+	heldDuring := noisy.SampleHeld(scrape, 2*time.Second)
 	loud, err := noisy.TeamB(ctx, wc, nsB, "payments", "noisy", noisyTeamB, noisyRate, 4*time.Minute)
 	held := heldDuring()
 	lm1, lc1 := scrape(), nodeCPU()
 	summary := stopA()
 	t.Logf("cluster: noisy neighbour: team-b beside team-a: %s; %s", loud, summary)
-	t.Logf("cluster: noisy neighbour: held to the dominant share during team-b's run (actionledger_reconciles_dominant, scraped every second): %s", held)
+	t.Logf("cluster: noisy neighbour: held to the dominant share during team-b's run (actionledger_reconciles_dominant, scraped every 2 s): %s", held)
 	if err != nil {
 		t.Errorf("team-b beside team-a: %v", err)
 	}
