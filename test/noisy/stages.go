@@ -14,7 +14,8 @@ import (
 // Stages returns, as lines to log, the quantiles (ms) of each stage of r's actions and the slowest timelines:
 // the create call; create returned -> the ADDED watch event; create began -> the request at the destination;
 // create began -> the first event with an attempt (the claim, or the outcome of a claimless send); the
-// destination's answer (its first request + latency) -> the Succeeded event; the total. arrived gives the times
+// destination's answer (its first request + latency) -> the Succeeded event; the total; the watch events per
+// action; create returned -> the Succeeded event (the total less the create call). arrived gives the times
 // the destination received the requests of an action's key (namespace/name), first first. Shared by the bench's
 // noisy part and the real-cluster step, so that both say where team-b's time went.
 func Stages(r Result, ns string, latency time.Duration, arrived func(key string) []time.Time) []string {
@@ -50,6 +51,8 @@ func Stages(r Result, ns string, latency time.Duration, arrived func(key string)
 		add("5 answer (request + latency) -> Succeeded seen", ms(succ.Sub(req.Add(latency))))
 		add("6 total", ms(succ.Sub(tr.Sent)))
 		add("7 watch events per action", float64(len(tr.Events)))
+		// What follows the create: the object exists, the rest is the manager's (and the API server's writes).
+		add("8 create returned -> Succeeded seen", ms(succ.Sub(tr.Created)))
 		slows = append(slows, slow{name, ms(succ.Sub(tr.Sent)), timeline(tr, req)})
 	}
 	var lines []string
