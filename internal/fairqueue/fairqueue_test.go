@@ -482,7 +482,13 @@ func TestARequestHandedOutAgainIsCounted(t *testing.T) {
 	q.mu.Lock()
 	got := make(chan reconcile.Request, 1)
 	go func() { it, _, _ := q.GetWithPriority(); got <- it }()
-	for q.PriorityQueue.Len() != 0 { // the worker has it from the shared queue, not yet counted as taken
+	// A condition wait: the worker has it from the shared queue, not yet counted as taken (it waits for the lock
+	// this test holds), which only the shared queue's Len shows.
+	for deadline := time.Now().Add(5 * time.Second); q.PriorityQueue.Len() != 0; {
+		if time.Now().After(deadline) {
+			q.mu.Unlock() // the cleanup's ShutDown takes it
+			t.Fatal("the worker did not take the request from the shared queue in 5 s")
+		}
 		time.Sleep(time.Millisecond)
 	}
 	if !q.add(k, 0) { // AddWithOpts's steps, in the window before GetWithPriority takes the lock

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -331,24 +330,19 @@ func (s *rssSampler) stop() float64 {
 }
 
 // metricSampler samples the manager's gauges every second until stop, which returns the largest of each, and
-// counts the samples in which each namespace was held to the dominant share (noisy.Metrics.Held).
+// counts the samples in which each namespace was held to the dominant share (noisy.HeldCounts).
 type metricSampler struct {
 	*sampling
-	mu      sync.Mutex
-	peak    map[string]float64
-	held    map[string]int
-	samples int
+	mu   sync.Mutex
+	peak map[string]float64
+	held noisy.HeldCounts
 }
 
-// heldSummary describes the held counts ("t3-... 10, none 1 of 11 samples"); call it after stop.
+// heldSummary describes the held counts ("none 1, t3-... 10 of 11 samples"); call it after stop.
 func (s *metricSampler) heldSummary() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	parts := make([]string, 0, len(s.held))
-	for _, k := range slices.Sorted(maps.Keys(s.held)) {
-		parts = append(parts, fmt.Sprintf("%s %d", k, s.held[k]))
-	}
-	return fmt.Sprintf("%s of %d samples", strings.Join(parts, ", "), s.samples)
+	return s.held.String()
 }
 
 // managerGauges are the gauges metricSampler reads: name -> metric and label filter.
@@ -363,7 +357,7 @@ var managerGauges = map[string][2]string{
 }
 
 func sampleMetrics(p *proc) *metricSampler {
-	s := &metricSampler{peak: map[string]float64{}, held: map[string]int{}}
+	s := &metricSampler{peak: map[string]float64{}}
 	s.sampling = sampleEvery(time.Second, func() {
 		m, err := p.scrape()
 		if err != nil {
@@ -371,14 +365,7 @@ func sampleMetrics(p *proc) *metricSampler {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.samples++
-		held := noisy.Metrics(m).Held()
-		if len(held) == 0 {
-			s.held["none"]++
-		}
-		for _, ns := range held {
-			s.held[ns]++
-		}
+		s.held.Add(m)
 		for k, g := range managerGauges {
 			v := sum(m, g[0], g[1])
 			if k == "heapInuseMiB" {

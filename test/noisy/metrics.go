@@ -140,35 +140,55 @@ func (m Metrics) Held() []string {
 	return out
 }
 
+// HeldCounts tallies, over scrapes, how often each namespace was held to the dominant share (Metrics.Held), and
+// how often none was. The zero value is ready; it is not safe for concurrent use.
+type HeldCounts struct {
+	counts  map[string]int
+	samples int
+}
+
+// Add counts one scrape.
+func (h *HeldCounts) Add(m Metrics) {
+	if h.counts == nil {
+		h.counts = map[string]int{}
+	}
+	h.samples++
+	held := m.Held()
+	if len(held) == 0 {
+		h.counts["none"]++
+	}
+	for _, ns := range held {
+		h.counts[ns]++
+	}
+}
+
+// String describes the tally: "none 2, team-a 9 of 11 samples".
+func (h *HeldCounts) String() string {
+	keys := slices.Sorted(maps.Keys(h.counts))
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, h.counts[k]))
+	}
+	return fmt.Sprintf("%s of %d samples", strings.Join(parts, ", "), h.samples)
+}
+
 // SampleHeld scrapes every interval until the returned stop is called, and stop describes how often each
-// namespace was held to the dominant share (Metrics.Held) in the samples read ("team-a 9, none 2 of 11 samples").
-// A scrape that returns nil is not counted.
+// namespace was held to the dominant share in the samples read (HeldCounts). A scrape that returns nil is not
+// counted.
 func SampleHeld(scrape func() Metrics, every time.Duration) (stop func() string) {
 	done := make(chan struct{})
 	result := make(chan string, 1)
 	go func() {
-		counts, n := map[string]int{}, 0
+		var held HeldCounts
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
 			if m := scrape(); m != nil {
-				n++
-				held := m.Held()
-				if len(held) == 0 {
-					counts["none"]++
-				}
-				for _, ns := range held {
-					counts[ns]++
-				}
+				held.Add(m)
 			}
 			select {
 			case <-done:
-				keys := slices.Sorted(maps.Keys(counts))
-				parts := make([]string, 0, len(keys))
-				for _, k := range keys {
-					parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
-				}
-				result <- fmt.Sprintf("%s of %d samples", strings.Join(parts, ", "), n)
+				result <- held.String()
 				return
 			case <-tick.C:
 			}
