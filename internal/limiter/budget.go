@@ -98,7 +98,8 @@ func (b *retryBudget) remaining(l Limits) float64 {
 // ahead of one and that one itself. If not, wait is the time until they will fit if no further first attempt
 // is admitted, found by replaying the expiries of the buckets in the window. Past the last expiry, the
 // retries ahead are taken to be admitted as the floor allowance (MinRetriesPerSecond's share of a window)
-// lets them, a floor's worth each window; when the floor admits no retry at all, wait is one window.
+// lets them, a floor's worth each retry lifetime (the window and one bucket) and one bucket; when the floor
+// admits no retry at all, wait is one window.
 func (b *retryBudget) allow(now time.Time, l Limits, need int) (ok bool, wait time.Duration) {
 	firsts, retries := b.firsts.total, b.retries.total
 	if float64(retries+need) <= allowance(l, firsts)+budgetEpsilon {
@@ -136,9 +137,12 @@ func (b *retryBudget) allow(now time.Time, l Limits, need int) (ok bool, wait ti
 	if floor < 1 {
 		return false, max(win, MinWait)
 	}
-	// The first floor retries fit at last; each next floor of them one retry lifetime later.
+	// The first floor retries fit at last; each next floor of them one retry lifetime later, and one bucket more:
+	// the retries ahead are admitted a little after their time (their wake and reconcile), so their retries leave
+	// the window a little later than predicted.
 	batch := (need - 1) / floor
-	return false, max(addSat(last.Sub(now), time.Duration(min(int64(batch), math.MaxInt64/int64(rlife)))*rlife), MinWait)
+	step := rlife + budgetQuantum(win)
+	return false, max(addSat(last.Sub(now), time.Duration(min(int64(batch), math.MaxInt64/int64(step)))*step), MinWait)
 }
 
 func minTime(a, b time.Time) time.Time {

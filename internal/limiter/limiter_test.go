@@ -328,8 +328,9 @@ func TestRetryBudgetWaitersComeBackInTurn(t *testing.T) {
 		t.Fatalf("stats %+v: want 6 retries waiting for the budget and no token reservation", st)
 	}
 	// The retries at 0 and 0.5 s leave the window at 2.01 and 2.51 s (2 s and one 10 ms bucket): the first two
-	// waiters take their places; the next two then wait for those to leave, one retry lifetime later, and so on.
-	want := []float64{2.01, 2.51, 4.52, 4.52, 6.53, 6.53}
+	// waiters take their places; the next two then wait for those to leave, one retry lifetime and one bucket
+	// later (the slack for their wake), and so on.
+	want := []float64{2.01, 2.51, 4.53, 4.53, 6.55, 6.55}
 	for i, b := range backs {
 		if d := b.at.Sub(sec(want[i])); d < -time.Millisecond || d > time.Millisecond {
 			t.Errorf("%s told to come back at %v, want %.2f s", b.key, b.at.Sub(t0), want[i])
@@ -341,7 +342,7 @@ func TestRetryBudgetWaitersComeBackInTurn(t *testing.T) {
 			t.Errorf("%s refused when it came back at %v: %v %q", b.key, b.at.Sub(t0), w, why)
 		}
 	}
-	if st, _ := r.Stats(destA, sec(6.53)); st.BudgetWaiting != 0 {
+	if st, _ := r.Stats(destA, sec(6.55)); st.BudgetWaiting != 0 {
 		t.Errorf("%d retries still hold a place for the budget, want 0", st.BudgetWaiting)
 	}
 }
