@@ -1,3 +1,5 @@
+//go:build !unit
+
 package plugin_test
 
 import (
@@ -28,9 +30,6 @@ var env *envtestutil.Env
 
 func TestMain(m *testing.M) { envtestutil.Main(m, &env) }
 
-// now is the clock the tests give the plugin; statuses are written relative to it.
-var now = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-
 func newPlugin(t *testing.T, ns string) (*plugin.Plugin, *bytes.Buffer, *bytes.Buffer) {
 	t.Helper()
 	s, err := plugin.Scheme()
@@ -45,30 +44,9 @@ func newPlugin(t *testing.T, ns string) (*plugin.Plugin, *bytes.Buffer, *bytes.B
 	return &plugin.Plugin{Client: c, Namespace: ns, Out: &out, ErrOut: &errOut, Now: func() time.Time { return now }}, &out, &errOut
 }
 
-func ts(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(d)) }
 func tsp(d time.Duration) *metav1.Time {
 	t := ts(d)
 	return &t
-}
-
-// withPhase sets the phase and the conditions as the controller's transition function does (the same reason
-// on Ready, Reconciling and Stalled).
-func withPhase(st *actionsv1alpha1.ExternalActionStatus, phase actionsv1alpha1.Phase, reason, msg string) {
-	st.Phase = phase
-	ready, rec, stalled := metav1.ConditionFalse, metav1.ConditionFalse, metav1.ConditionFalse
-	switch phase {
-	case actionsv1alpha1.PhaseSucceeded:
-		ready = metav1.ConditionTrue
-	case actionsv1alpha1.PhasePending, actionsv1alpha1.PhaseInProgress:
-		rec = metav1.ConditionTrue
-	default:
-		stalled = metav1.ConditionTrue
-	}
-	for typ, s := range map[string]metav1.ConditionStatus{actionsv1alpha1.ConditionReady: ready,
-		actionsv1alpha1.ConditionReconciling: rec, actionsv1alpha1.ConditionStalled: stalled} {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg,
-			LastTransitionTime: ts(-time.Minute)})
-	}
 }
 
 // createAction creates the action and writes status through the status subresource.
@@ -85,17 +63,6 @@ func createAction(t *testing.T, xa *actionsv1alpha1.ExternalAction, status func(
 		}
 	}
 	return xa
-}
-
-func lines(s string) string { return strings.ReplaceAll(s, "\n", "⏎ ") }
-
-func mustContain(t *testing.T, what, got string, want ...string) {
-	t.Helper()
-	for _, w := range want {
-		if !strings.Contains(got, w) {
-			t.Errorf("%s: output does not contain %q:\n%s", what, w, got)
-		}
-	}
 }
 
 // "why" says the state in words and the next step for every phase a person meets.
