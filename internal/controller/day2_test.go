@@ -132,6 +132,7 @@ func TestRetryBudgetWaitersAreRefusedOnceEach(t *testing.T) {
 	// again: 8 + 6 + 4 + 2 = 20; looked at again at the stored, cut time, each once more: 16.
 	refused, _ := gathered(t, "actionledger_delayed_total", map[string]string{
 		"destination": "Destination/" + ns + "/pay", "reason": actionsv1alpha1.ReasonRetryBudgetExhausted})
+	t.Logf("the retry budget refused %v times for %d retries that waited", refused, n-2)
 	if limit := float64(n-2) * 1.5; refused < n-2 || refused > limit {
 		t.Errorf("the retry budget refused %v times, want %d to %v (each waiting retry once, a few twice)", refused, n-2, limit)
 	}
