@@ -264,16 +264,23 @@ func TestRetryBudget(t *testing.T) {
 	}
 }
 
-// The wait of an exhausted budget is when the oldest retry leaves the window.
-func TestRetryBudgetWait(t *testing.T) {
+// spentBudget returns a registry whose destA has a budget of 2 retries per 2 s window (the floor only: 1 retry/s),
+// and its limits, both retries taken, at 0 and 0.5 s, by namespace a.
+func spentBudget(t *testing.T) (*Registry, Limits) {
+	t.Helper()
 	r := NewRegistry()
-	// Floor only: 1 retry/s over a 2 s window = 2 retries per window.
 	l := Limits{Budget: true, RetryPercent: 0, MinRetriesPerSecond: 1, Window: 2 * time.Second}
 	for i, at := range []float64{0, 0.5} {
 		if ok, _, _ := r.Admit(destA, l, "a", fmt.Sprintf("a/r%d", i), false, sec(at)); !ok {
 			t.Fatalf("retry %d refused", i)
 		}
 	}
+	return r, l
+}
+
+// The wait of an exhausted budget is when the oldest retry leaves the window.
+func TestRetryBudgetWait(t *testing.T) {
+	r, l := spentBudget(t)
 	ok, wait, reason := r.Admit(destA, l, "a", "a/r2", false, sec(0.6))
 	// The retry at 0 leaves at 0 + 2 s + one 10 ms bucket.
 	if ok || reason != ReasonRetryBudgetExhausted || wait != 1410*time.Millisecond {
@@ -303,14 +310,7 @@ func TestRetryBudgetWait(t *testing.T) {
 // more come back at once than the budget then admits. (Told only when one more retry would fit, all of them came
 // back together and all but one were refused again, a herd each window.)
 func TestRetryBudgetWaitersComeBackInTurn(t *testing.T) {
-	r := NewRegistry()
-	// Floor only: 1 retry/s over a 2 s window = 2 retries per window.
-	l := Limits{Budget: true, RetryPercent: 0, MinRetriesPerSecond: 1, Window: 2 * time.Second}
-	for i, at := range []float64{0, 0.5} {
-		if ok, _, _ := r.Admit(destA, l, "a", fmt.Sprintf("a/r%d", i), false, sec(at)); !ok {
-			t.Fatalf("retry %d refused", i)
-		}
-	}
+	r, l := spentBudget(t)
 	type back struct {
 		key string
 		at  time.Time
@@ -350,11 +350,7 @@ func TestRetryBudgetWaitersComeBackInTurn(t *testing.T) {
 // The retries waiting for the budget are served in the fair order over namespaces the token queue keeps: a
 // namespace whose retry starts waiting behind another namespace's backlog is not put behind all of it.
 func TestRetryBudgetWaitersAreFairOverNamespaces(t *testing.T) {
-	r := NewRegistry()
-	l := Limits{Budget: true, RetryPercent: 0, MinRetriesPerSecond: 1, Window: 2 * time.Second}
-	for i, at := range []float64{0, 0.5} {
-		r.Admit(destA, l, "a", fmt.Sprintf("a/r%d", i), false, sec(at))
-	}
+	r, l := spentBudget(t)
 	var aBacks []time.Time
 	for i := 2; i < 6; i++ {
 		_, wait, _ := r.Admit(destA, l, "a", fmt.Sprintf("a/r%d", i), false, sec(0.6))
@@ -378,11 +374,7 @@ func TestRetryBudgetWaitersAreFairOverNamespaces(t *testing.T) {
 // A retry waiting for the budget keeps the place of no key that went away: Forget drops it, and the retry behind
 // takes its time.
 func TestRetryBudgetForgetDropsThePlace(t *testing.T) {
-	r := NewRegistry()
-	l := Limits{Budget: true, RetryPercent: 0, MinRetriesPerSecond: 1, Window: 2 * time.Second}
-	for i, at := range []float64{0, 0.5} {
-		r.Admit(destA, l, "a", fmt.Sprintf("a/r%d", i), false, sec(at))
-	}
+	r, l := spentBudget(t)
 	_, wx, _ := r.Admit(destA, l, "a", "a/x", false, sec(0.6))
 	r.Admit(destA, l, "a", "a/y", false, sec(0.6))
 	// Without the Forget, y at x's time would need the budget for x and itself there: refused.
