@@ -96,48 +96,6 @@ func TestRetriedFailureWarnsAndSuccessIsQuiet(t *testing.T) {
 	}
 }
 
-// Retries refused by a Destination's retry budget come back in turn as the budget refills, each refused about
-// once, when it first asks, not together at each refill to be refused again but two (internal/limiter); and an
-// action parked for the budget is not looked at before its time by the reconcile of its own status write (the
-// stored nextAttemptAt has whole seconds). Every action ends Succeeded with its two requests.
-func TestRetryBudgetWaitersAreRefusedOnceEach(t *testing.T) {
-	ns := env.Namespace(t)
-	srv, url := envtestutil.DestinationServer(t, destination.Options{})
-	zero, one := int32(0), int32(1)
-	env.CreateDestination(t, ns, "pay", url, func(s *actionsv1alpha1.DestinationSpec) {
-		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{InitialBackoff: durationp(100 * time.Millisecond),
-			Jitter: actionsv1alpha1.JitterNone}
-		// Two retries per 2 s window, whatever the first attempts.
-		s.RetryBudget = &actionsv1alpha1.RetryBudget{RetryPercent: &zero, MinRetriesPerSecond: &one,
-			Window: durationp(2 * time.Second)}
-	})
-	const n = 10
-	for i := range n {
-		srv.Script(fmt.Sprintf("%s/r%d", ns, i), destination.Step{Status: 503}, destination.Step{Status: 201})
-	}
-	env.StartManager(t, app.Options{Holder: "budget"})
-	for i := range n {
-		env.Create(t, envtestutil.Action(ns, fmt.Sprintf("r%d", i), "pay", "/charges", `{"amount":1}`))
-	}
-	for i := range n {
-		name := fmt.Sprintf("r%d", i)
-		env.WaitPhase(t, ns, name, actionsv1alpha1.PhaseSucceeded, time.Minute)
-		if got := srv.Requests(ns + "/" + name); got != 2 {
-			t.Errorf("%s: %d requests, want 2 (the 503, then the retry's 201)", name, got)
-		}
-	}
-	// The ten retries ask together: two fit, eight wait, each told when it and those ahead fit (two at each
-	// refill), so each is refused once: 8. Half as many again are allowed for waiters woken late on a busy
-	// machine. Told only when one more fits, all came back together at each refill and all but two were refused
-	// again: 8 + 6 + 4 + 2 = 20; looked at again at the stored, cut time, each once more: 16.
-	refused, _ := gathered(t, "actionledger_delayed_total", map[string]string{
-		"destination": "Destination/" + ns + "/pay", "reason": actionsv1alpha1.ReasonRetryBudgetExhausted})
-	t.Logf("the retry budget refused %v times for %d retries that waited", refused, n-2)
-	if limit := float64(n-2) * 1.5; refused < n-2 || refused > limit {
-		t.Errorf("the retry budget refused %v times, want %d to %v (each waiting retry once, a few twice)", refused, n-2, limit)
-	}
-}
-
 // gathered returns the value of the real registry's series name{labels}, and whether it exists.
 func gathered(t *testing.T, name string, labels map[string]string) (float64, bool) {
 	t.Helper()

@@ -94,21 +94,19 @@ func (b *retryBudget) remaining(l Limits) float64 {
 	return math.Max(0, allowance(l, b.firsts.total)-float64(b.retries.total))
 }
 
-// allow reports whether need more retries fit the budget at now (b is pruned at now): the retries waiting
-// ahead of one and that one itself. If not, wait is the time until they will fit if no further first attempt
-// is admitted, found by replaying the expiries of the buckets in the window. Past the last expiry, the
-// retries ahead are taken to be admitted as the floor allowance (MinRetriesPerSecond's share of a window)
-// lets them, a floor's worth each retry lifetime (the window and one bucket) and one bucket; when the floor
-// admits no retry at all, wait is one window.
-func (b *retryBudget) allow(now time.Time, l Limits, need int) (ok bool, wait time.Duration) {
+// allow reports whether one more retry fits the budget at now (b is pruned at
+// now). If not, wait is the time until it will fit if no further first attempt
+// is admitted, found by replaying the expiries of the buckets in the window;
+// when the budget can never admit a retry without new first attempts, wait is
+// one window.
+func (b *retryBudget) allow(now time.Time, l Limits) (ok bool, wait time.Duration) {
 	firsts, retries := b.firsts.total, b.retries.total
-	if float64(retries+need) <= allowance(l, firsts)+budgetEpsilon {
+	if float64(retries+1) <= allowance(l, firsts)+budgetEpsilon {
 		return true, 0
 	}
 	win := l.Window
 	rlife := win + budgetQuantum(win)
 	fs, rs := b.firsts.buckets, b.retries.buckets
-	last := now
 	for len(fs) > 0 || len(rs) > 0 {
 		// The next expiry event, and every bucket that expires with it.
 		var t time.Time
@@ -128,21 +126,11 @@ func (b *retryBudget) allow(now time.Time, l Limits, need int) (ok bool, wait ti
 			retries -= rs[0].n
 			rs = rs[1:]
 		}
-		if float64(retries+need) <= allowance(l, firsts)+budgetEpsilon {
+		if float64(retries+1) <= allowance(l, firsts)+budgetEpsilon {
 			return false, max(t.Sub(now), MinWait)
 		}
-		last = t
 	}
-	floor := int(math.Floor(allowance(l, 0) + budgetEpsilon))
-	if floor < 1 {
-		return false, max(win, MinWait)
-	}
-	// The first floor retries fit at last; each next floor of them one retry lifetime later, and one bucket more:
-	// the retries ahead are admitted a little after their time (their wake and reconcile), so their retries leave
-	// the window a little later than predicted.
-	batch := (need - 1) / floor
-	step := rlife + budgetQuantum(win)
-	return false, max(addSat(last.Sub(now), time.Duration(min(int64(batch), math.MaxInt64/int64(step)))*step), MinWait)
+	return false, max(win, MinWait)
 }
 
 func minTime(a, b time.Time) time.Time {

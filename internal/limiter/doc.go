@@ -11,11 +11,7 @@
 //   - a retry budget (Finagle/Envoy style): retries admitted in a sliding window
 //     are at most RetryPercent% of the first attempts admitted in that window plus
 //     MinRetriesPerSecond*window;
-//   - a fair queue of waiting keys, so that namespaces (tenants) share the rate;
-//     and a second one of the retries waiting for the retry budget, each told
-//     to come back when the budget fits it and every retry ahead of it, so
-//     retries refused together come back one after the other as it refills
-//     rather than all at the first refill, to be refused again but one.
+//   - a fair queue of waiting keys, so that namespaces (tenants) share the rate.
 //
 // Nothing blocks: the reconciler asks with Admit and either sends now or
 // requeues after the returned wait. A key that has to wait gets a reservation,

@@ -264,23 +264,16 @@ func TestRetryBudget(t *testing.T) {
 	}
 }
 
-// spentBudget returns a registry whose destA has a budget of 2 retries per 2 s window (the floor only: 1 retry/s),
-// and its limits, both retries taken, at 0 and 0.5 s, by namespace a.
-func spentBudget(t *testing.T) (*Registry, Limits) {
-	t.Helper()
+// The wait of an exhausted budget is when the oldest retry leaves the window.
+func TestRetryBudgetWait(t *testing.T) {
 	r := NewRegistry()
+	// Floor only: 1 retry/s over a 2 s window = 2 retries per window.
 	l := Limits{Budget: true, RetryPercent: 0, MinRetriesPerSecond: 1, Window: 2 * time.Second}
 	for i, at := range []float64{0, 0.5} {
 		if ok, _, _ := r.Admit(destA, l, "a", fmt.Sprintf("a/r%d", i), false, sec(at)); !ok {
 			t.Fatalf("retry %d refused", i)
 		}
 	}
-	return r, l
-}
-
-// The wait of an exhausted budget is when the oldest retry leaves the window.
-func TestRetryBudgetWait(t *testing.T) {
-	r, l := spentBudget(t)
 	ok, wait, reason := r.Admit(destA, l, "a", "a/r2", false, sec(0.6))
 	// The retry at 0 leaves at 0 + 2 s + one 10 ms bucket.
 	if ok || reason != ReasonRetryBudgetExhausted || wait != 1410*time.Millisecond {
@@ -302,85 +295,6 @@ func TestRetryBudgetWait(t *testing.T) {
 	// Without a budget retries are only rate limited.
 	if ok, _, _ := r2.Admit(destB, Limits{}, "a", "a/x", false, t0); !ok {
 		t.Fatal("retry refused without a budget")
-	}
-}
-
-// Retries refused by the budget together come back one after the other: each is told to come back when the
-// budget fits it and every retry waiting ahead of it, so each is admitted the first time it comes back and no
-// more come back at once than the budget then admits. (Told only when one more retry would fit, all of them came
-// back together and all but one were refused again, a herd each window.)
-func TestRetryBudgetWaitersComeBackInTurn(t *testing.T) {
-	r, l := spentBudget(t)
-	type back struct {
-		key string
-		at  time.Time
-	}
-	var backs []back
-	for i := 2; i < 8; i++ {
-		key := fmt.Sprintf("a/r%d", i)
-		ok, wait, why := r.Admit(destA, l, "a", key, false, sec(0.6))
-		if ok || why != ReasonRetryBudgetExhausted {
-			t.Fatalf("%s at 0.6 s: %v %v %q, want refused by the budget", key, ok, wait, why)
-		}
-		backs = append(backs, back{key, sec(0.6).Add(wait)})
-	}
-	if st, _ := r.Stats(destA, sec(0.6)); st.BudgetWaiting != 6 || st.Waiting != 0 {
-		t.Fatalf("stats %+v: want 6 retries waiting for the budget and no token reservation", st)
-	}
-	// The retries at 0 and 0.5 s leave the window at 2.01 and 2.51 s (2 s and one 10 ms bucket): the first two
-	// waiters take their places; the next two then wait for those to leave, one retry lifetime and one bucket
-	// later (the slack for their wake), and so on.
-	want := []float64{2.01, 2.51, 4.53, 4.53, 6.55, 6.55}
-	for i, b := range backs {
-		if d := b.at.Sub(sec(want[i])); d < -time.Millisecond || d > time.Millisecond {
-			t.Errorf("%s told to come back at %v, want %.2f s", b.key, b.at.Sub(t0), want[i])
-		}
-	}
-	// Each comes back at its time, in that order, and is admitted.
-	for _, b := range backs {
-		if ok, w, why := r.Admit(destA, l, "a", b.key, false, b.at); !ok {
-			t.Errorf("%s refused when it came back at %v: %v %q", b.key, b.at.Sub(t0), w, why)
-		}
-	}
-	if st, _ := r.Stats(destA, sec(6.55)); st.BudgetWaiting != 0 {
-		t.Errorf("%d retries still hold a place for the budget, want 0", st.BudgetWaiting)
-	}
-}
-
-// The retries waiting for the budget are served in the fair order over namespaces the token queue keeps: a
-// namespace whose retry starts waiting behind another namespace's backlog is not put behind all of it.
-func TestRetryBudgetWaitersAreFairOverNamespaces(t *testing.T) {
-	r, l := spentBudget(t)
-	var aBacks []time.Time
-	for i := 2; i < 6; i++ {
-		_, wait, _ := r.Admit(destA, l, "a", fmt.Sprintf("a/r%d", i), false, sec(0.6))
-		aBacks = append(aBacks, sec(0.6).Add(wait))
-	}
-	ok, wait, why := r.Admit(destA, l, "b", "b/r0", false, sec(0.7))
-	if ok || why != ReasonRetryBudgetExhausted {
-		t.Fatalf("b's retry: %v %v %q, want refused by the budget", ok, wait, why)
-	}
-	// Start-time fair queuing: a's waiting retries start after a's two admitted ones, b's (none admitted) at the
-	// virtual clock, so b's is served first, not behind a's backlog of four.
-	if got := sec(0.7).Add(wait); !got.Equal(aBacks[0]) {
-		t.Errorf("b's retry told to come back at %v, want the first place's time %v (a's backlog: %v)",
-			got.Sub(t0), aBacks[0].Sub(t0), aBacks)
-	}
-	if st, _ := r.Stats(destA, sec(0.7)); st.BudgetWaiting != 5 {
-		t.Errorf("%d retries wait for the budget, want 5", st.BudgetWaiting)
-	}
-}
-
-// A retry waiting for the budget keeps the place of no key that went away: Forget drops it, and the retry behind
-// takes its time.
-func TestRetryBudgetForgetDropsThePlace(t *testing.T) {
-	r, l := spentBudget(t)
-	_, wx, _ := r.Admit(destA, l, "a", "a/x", false, sec(0.6))
-	r.Admit(destA, l, "a", "a/y", false, sec(0.6))
-	// Without the Forget, y at x's time would need the budget for x and itself there: refused.
-	r.Forget(destA, "a/x")
-	if ok, w, why := r.Admit(destA, l, "a", "a/y", false, sec(0.6).Add(wx)); !ok {
-		t.Errorf("y refused at x's time after x was forgotten: %v %q", w, why)
 	}
 }
 
