@@ -96,6 +96,43 @@ func TestRetriedFailureWarnsAndSuccessIsQuiet(t *testing.T) {
 	}
 }
 
+// A wait longer than send.BriefWait is shown: its end goes to nextAttemptAt, cut to whole seconds on the wire. The
+// reconcile of that status write looks again no earlier than the waiting room's time (waitroom.Room.Later), not at
+// the cut second, where the limiter would refuse it once more. Here one retry waits for a retry budget of 2 per
+// 2 s window: refused once, then admitted when the room wakes it; looked at the cut second, it is refused twice
+// (unless its time happens to fall within a few milliseconds after a whole second).
+func TestAShownWaitIsNotLookedAtBeforeItsTime(t *testing.T) {
+	ns := env.Namespace(t)
+	srv, url := envtestutil.DestinationServer(t, destination.Options{})
+	zero, one := int32(0), int32(1)
+	env.CreateDestination(t, ns, "pay", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{InitialBackoff: durationp(100 * time.Millisecond),
+			Jitter: actionsv1alpha1.JitterNone}
+		s.RetryBudget = &actionsv1alpha1.RetryBudget{RetryPercent: &zero, MinRetriesPerSecond: &one,
+			Window: durationp(2 * time.Second)}
+	})
+	const n = 3
+	for i := range n {
+		srv.Script(fmt.Sprintf("%s/r%d", ns, i), destination.Step{Status: 503}, destination.Step{Status: 201})
+	}
+	env.StartManager(t, app.Options{Holder: "shown"})
+	for i := range n {
+		env.Create(t, envtestutil.Action(ns, fmt.Sprintf("r%d", i), "pay", "/charges", `{"amount":1}`))
+	}
+	for i := range n {
+		name := fmt.Sprintf("r%d", i)
+		env.WaitPhase(t, ns, name, actionsv1alpha1.PhaseSucceeded, time.Minute)
+		if got := srv.Requests(ns + "/" + name); got != 2 {
+			t.Errorf("%s: %d requests, want 2 (the 503, then the retry's 201)", name, got)
+		}
+	}
+	refused, _ := gathered(t, "actionledger_delayed_total", map[string]string{
+		"destination": "Destination/" + ns + "/pay", "reason": actionsv1alpha1.ReasonRetryBudgetExhausted})
+	if refused != 1 {
+		t.Errorf("the retry budget refused %v times, want 1: the one retry that waited, once", refused)
+	}
+}
+
 // gathered returns the value of the real registry's series name{labels}, and whether it exists.
 func gathered(t *testing.T, name string, labels map[string]string) (float64, bool) {
 	t.Helper()

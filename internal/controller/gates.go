@@ -132,7 +132,18 @@ func (a *active) variant() variant {
 	case ledger.KindJudge:
 		return variant{carry: a.judge}
 	}
-	return variant{carry: func(ctx context.Context) (ctrl.Result, error) { return a.r.apply(ctx, a.xa, a.f.step, a.f.dest.ID) }}
+	// Any other step is written, and requeues from its schedule. A wait this process has parked in its
+	// destination's waiting room looks again no earlier than the room's time: a shown wait for a token or the
+	// retry budget stores its end in nextAttemptAt, cut to whole seconds on the wire (RFC 3339), so the reconcile
+	// of that very status write would look again up to a second before the limiter's time, to be refused once
+	// more. The room wakes it at its time; after a restart (nothing parked) the stored time stands.
+	return variant{carry: func(ctx context.Context) (ctrl.Result, error) {
+		step := a.f.step
+		if step.Kind == ledger.KindWait && step.Status == nil {
+			step.At = a.r.parts.room.Later(types.NamespacedName{Namespace: a.xa.Namespace, Name: a.xa.Name}, step.At)
+		}
+		return a.r.apply(ctx, a.xa, step, a.f.dest.ID)
+	}}
 }
 
 // run passes the gates in order and returns the first wait.

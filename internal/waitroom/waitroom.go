@@ -331,6 +331,15 @@ func (r *Room) Until(key types.NamespacedName) (time.Time, bool) {
 	return p.until, true
 }
 
+// Later returns t, or the time key is parked until (ParkUntil) when that is later: a look at key before the room
+// wakes it would find its capacity not come yet.
+func (r *Room) Later(key types.NamespacedName, t time.Time) time.Time {
+	if until, ok := r.Until(key); ok && until.After(t) {
+		return until
+	}
+	return t
+}
+
 // Waiting returns the number of keys parked at dest for a slot.
 func (r *Room) Waiting(dest string) int {
 	r.mu.Lock()

@@ -200,3 +200,26 @@ func TestWaitingRequestsGauge(t *testing.T) {
 		}
 	}
 }
+
+// Later raises a time to the one a key is parked until, and only then: a key parked for a slot, or not parked, or
+// parked for an earlier time, leaves t as it is.
+func TestLaterIsTheParkedTimeWhenLater(t *testing.T) {
+	r := New()
+	at := time.Date(2026, 1, 1, 0, 0, 33, 0, time.UTC)
+	key := types.NamespacedName{Namespace: "a", Name: "x"}
+	if got := r.Later(key, at); !got.Equal(at) {
+		t.Errorf("not parked: %v, want %v", got, at)
+	}
+	r.ParkUntil("d", key, at.Add(8*time.Millisecond))
+	if got := r.Later(key, at); !got.Equal(at.Add(8 * time.Millisecond)) {
+		t.Errorf("parked until 8 ms later: %v, want the parked time", got)
+	}
+	if got := r.Later(key, at.Add(time.Second)); !got.Equal(at.Add(time.Second)) {
+		t.Errorf("parked until before t: %v, want t", got)
+	}
+	r.Park("d", key) // now waits for a slot: no time
+	if got := r.Later(key, at); !got.Equal(at) {
+		t.Errorf("parked for a slot: %v, want %v", got, at)
+	}
+	r.Leave(key)
+}
