@@ -133,6 +133,94 @@ func TestAShownWaitIsNotLookedAtBeforeItsTime(t *testing.T) {
 	}
 }
 
+// Retries refused by a Destination's retry budget together come back in turn as the budget refills, each
+// refused about once, when it first asks, not together at each refill to be refused again but two
+// (internal/limiter). Every action ends Succeeded with its two requests.
+func TestRetryBudgetWaitersAreRefusedOnceEach(t *testing.T) {
+	ns := env.Namespace(t)
+	srv, url := envtestutil.DestinationServer(t, destination.Options{})
+	zero, one := int32(0), int32(1)
+	env.CreateDestination(t, ns, "pay", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{InitialBackoff: durationp(100 * time.Millisecond),
+			Jitter: actionsv1alpha1.JitterNone}
+		// Two retries per 2 s window, whatever the first attempts.
+		s.RetryBudget = &actionsv1alpha1.RetryBudget{RetryPercent: &zero, MinRetriesPerSecond: &one,
+			Window: durationp(2 * time.Second)}
+	})
+	const n = 10
+	for i := range n {
+		srv.Script(fmt.Sprintf("%s/r%d", ns, i), destination.Step{Status: 503}, destination.Step{Status: 201})
+	}
+	env.StartManager(t, app.Options{Holder: "budget"})
+	for i := range n {
+		env.Create(t, envtestutil.Action(ns, fmt.Sprintf("r%d", i), "pay", "/charges", `{"amount":1}`))
+	}
+	for i := range n {
+		name := fmt.Sprintf("r%d", i)
+		env.WaitPhase(t, ns, name, actionsv1alpha1.PhaseSucceeded, time.Minute)
+		if got := srv.Requests(ns + "/" + name); got != 2 {
+			t.Errorf("%s: %d requests, want 2 (the 503, then the retry's 201)", name, got)
+		}
+	}
+	// The ten retries ask about together: two fit, eight wait, each told when it and those ahead fit (two at each
+	// refill), so each is refused once: 8. Half as many again are allowed for waiters woken late on a busy
+	// machine. Told only when one more fits, all came back together at each refill and all but two were refused
+	// again: 8 + 6 + 4 + 2 = 20 (26 measured on 75eccc5).
+	refused, _ := gathered(t, "actionledger_delayed_total", map[string]string{
+		"destination": "Destination/" + ns + "/pay", "reason": actionsv1alpha1.ReasonRetryBudgetExhausted})
+	t.Logf("the retry budget refused %v times", refused)
+	if limit := float64(n-2) * 1.5; refused < n-2 || refused > limit {
+		t.Errorf("the retry budget refused %v times, want %d to %v (each waiting retry once, a few twice)", refused, n-2, limit)
+	}
+}
+
+// A retry waiting for a budget without a floor was told to come back in a window (60 s here): nothing but new
+// first attempts can free it. When first attempts raise the budget enough, the waiting room wakes it at once
+// (limiter.Registry.WakesEarly, waitroom.Room.WakeNow): it Succeeds within seconds, not a minute later.
+func TestFirstAttemptsWakeAWaitingRetry(t *testing.T) {
+	ns := env.Namespace(t)
+	srv, url := envtestutil.DestinationServer(t, destination.Options{})
+	half, zero := int32(50), int32(0)
+	env.CreateDestination(t, ns, "pay", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{InitialBackoff: durationp(100 * time.Millisecond),
+			Jitter: actionsv1alpha1.JitterNone}
+		// Half a retry per first attempt in a minute, no floor.
+		s.RetryBudget = &actionsv1alpha1.RetryBudget{RetryPercent: &half, MinRetriesPerSecond: &zero,
+			Window: durationp(time.Minute)}
+	})
+	for _, name := range []string{"r0", "r1"} {
+		srv.Script(ns+"/"+name, destination.Step{Status: 503}, destination.Step{Status: 201})
+	}
+	env.StartManager(t, app.Options{Holder: "early"})
+	env.Create(t, envtestutil.Action(ns, "r0", "pay", "/charges", `{"amount":1}`))
+	env.Create(t, envtestutil.Action(ns, "r1", "pay", "/charges", `{"amount":1}`))
+	// Two first attempts allow one retry: one Succeeds, the other shows its wait for the budget.
+	var waiter string
+	envtestutil.Eventually(t, 30*time.Second, envtestutil.Say("one action Succeeded and one waiting for the budget"), func() bool {
+		a, b := env.Get(t, ns, "r0"), env.Get(t, ns, "r1")
+		waits := func(xa *actionsv1alpha1.ExternalAction) bool {
+			c := meta.FindStatusCondition(xa.Status.Conditions, actionsv1alpha1.ConditionReconciling)
+			return c != nil && c.Reason == actionsv1alpha1.ReasonRetryBudgetExhausted
+		}
+		switch {
+		case a.Status.Phase == actionsv1alpha1.PhaseSucceeded && waits(b):
+			waiter = "r1"
+		case b.Status.Phase == actionsv1alpha1.PhaseSucceeded && waits(a):
+			waiter = "r0"
+		}
+		return waiter != ""
+	})
+	// Two more first attempts: four allow two retries. The waiter is woken now, not in a minute.
+	asked := time.Now()
+	env.Create(t, envtestutil.Action(ns, "f0", "pay", "/charges", `{"amount":1}`))
+	env.Create(t, envtestutil.Action(ns, "f1", "pay", "/charges", `{"amount":1}`))
+	env.WaitPhase(t, ns, waiter, actionsv1alpha1.PhaseSucceeded, 20*time.Second)
+	t.Logf("%s Succeeded %v after the first attempts that made room for it", waiter, time.Since(asked).Round(time.Millisecond))
+	if got := srv.Requests(ns + "/" + waiter); got != 2 {
+		t.Errorf("%s: %d requests, want 2 (the 503, then the retry's 201)", waiter, got)
+	}
+}
+
 // gathered returns the value of the real registry's series name{labels}, and whether it exists.
 func gathered(t *testing.T, name string, labels map[string]string) (float64, bool) {
 	t.Helper()

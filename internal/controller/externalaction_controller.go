@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -484,6 +485,14 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.parts.wakeFn = func(nn types.NamespacedName) { md.wakeUp(nn) }
 		clk, _ := r.Clock.(clock.WithDelayedExecution)
 		r.parts.room.Wakes(clk, r.parts.wakeFn)
+		// A first attempt raises a retry budget: the limiter hands the waiting retries it now fits to the room.
+		room := r.parts.room
+		r.Limiter.WakesEarly(func(keys []string) {
+			for _, k := range keys {
+				ns, name, _ := strings.Cut(k, "/")
+				room.WakeNow(types.NamespacedName{Namespace: ns, Name: name})
+			}
+		})
 	}
 	return b.
 		// spec.subject: a holder that finishes, is resolved or goes wakes the other actions on its subject.

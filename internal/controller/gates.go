@@ -319,7 +319,8 @@ func (a *active) subject(ctx context.Context) *wait {
 	return &wait{step: ledger.WaitForSubject(&a.xa.Status, w.Reason, w.Message, a.f.env), after: w.After}
 }
 
-// near passes this shard's share of the destination's limits and room in the dispatcher (send.Passage.Near):
+// near waits out a time the waiting room already holds the action for (without asking again or writing), then
+// passes this shard's share of the destination's limits and room in the dispatcher (send.Passage.Near):
 // without room the action parks in the destination's waiting room, woken by a completion there
 // (ManagerDispatcher.deliver) in round-robin order over namespaces, requeue.Room (jittered) as the safety net;
 // the wait sets no nextAttemptAt that would hold a woken action back, and is shown (ConcurrencyLimited, written
@@ -327,7 +328,8 @@ func (a *active) subject(ctx context.Context) *wait {
 func (a *active) near(ctx context.Context) *wait {
 	h := a.r.parts.passage.Near(a.f.dest, types.NamespacedName{Namespace: a.xa.Namespace, Name: a.xa.Name}, a.f.now, a.f.env.Rand)
 	if h != nil && h.Reason == "" {
-		log.FromContext(ctx).V(1).Info("waiting for this shard's share of the destination's limits", "destination", a.f.dest.ID, "wait", h.After)
+		log.FromContext(ctx).V(1).Info("waiting in the destination's waiting room (a time it gave, or this shard's share of its limits)",
+			"destination", a.f.dest.ID, "until", h.Until, "wait", h.After)
 	}
 	return holdWait(a, h)
 }
@@ -356,7 +358,13 @@ func holdWait(a *active, h *send.Hold) *wait {
 	}
 	out := &wait{destID: a.f.dest.ID, after: h.After, quiet: h.After}
 	if h.Shown {
-		out.step = ledger.Delayed(&a.xa.Status, h.Reason, h.Message, h.Until, a.f.env)
+		// A wait the room may end sooner (the retry budget) sets no nextAttemptAt that would hold a woken action
+		// back, as a wait for room sets none.
+		until := h.Until
+		if h.Sooner {
+			until = time.Time{}
+		}
+		out.step = ledger.Delayed(&a.xa.Status, h.Reason, h.Message, until, a.f.env)
 	}
 	return out
 }

@@ -89,34 +89,60 @@ func allowance(l Limits, firsts int) float64 {
 // budgetEpsilon absorbs floating-point error in allowance comparisons.
 const budgetEpsilon = 1e-9
 
-// remaining returns how many more retries l allows at the last prune.
+// remaining returns how many more retries l allows at the last prune (fractional).
 func (b *retryBudget) remaining(l Limits) float64 {
 	return math.Max(0, allowance(l, b.firsts.total)-float64(b.retries.total))
 }
 
-// allow reports whether one more retry fits the budget at now (b is pruned at
-// now). If not, wait is the time until it will fit if no further first attempt
-// is admitted, found by replaying the expiries of the buckets in the window;
-// when the budget can never admit a retry without new first attempts, wait is
-// one window.
-func (b *retryBudget) allow(now time.Time, l Limits) (ok bool, wait time.Duration) {
+// fits returns how many more retries fit the budget l (normalized) with firsts first attempts and retries retries
+// in the window (0 when none does).
+func fits(l Limits, firsts, retries int) int {
+	return max(0, int(math.Floor(allowance(l, firsts)-float64(retries)+budgetEpsilon)))
+}
+
+// allow reports whether need more retries fit the budget at now (b is pruned at now): the retries waiting ahead
+// of one and that one itself. If not, wait is the time until the last of them will fit if no further first
+// attempt is admitted. It replays the window: at each time a bucket of first attempts or retries leaves it, the
+// retries that then fit are taken, in order, by those still waiting, and each taken retry is itself in the
+// window for a retry's lifetime (the window and one bucket) and one bucket more, the slack for the wake and
+// reconcile that bring it (it is admitted a little after its time, so it leaves a little later). When the budget
+// can never admit the last of them without new first attempts (no floor), wait is one window.
+func (b *retryBudget) allow(now time.Time, l Limits, need int) (ok bool, wait time.Duration) {
 	firsts, retries := b.firsts.total, b.retries.total
-	if float64(retries+1) <= allowance(l, firsts)+budgetEpsilon {
+	fit := fits(l, firsts, retries)
+	if fit >= need {
 		return true, 0
 	}
 	win := l.Window
-	rlife := win + budgetQuantum(win)
+	q := budgetQuantum(win)
+	rlife := win + q
+	// taken are the retries the replay gave to those ahead, as buckets by the time they leave the window (at).
+	var taken []bucket
+	take := func(t time.Time, n int) {
+		if n > 0 {
+			retries += n
+			need -= n
+			taken = append(taken, bucket{at: t.Add(rlife + q), n: n})
+		}
+	}
+	take(now, fit)
 	fs, rs := b.firsts.buckets, b.retries.buckets
-	for len(fs) > 0 || len(rs) > 0 {
-		// The next expiry event, and every bucket that expires with it.
-		var t time.Time
-		switch {
-		case len(fs) == 0:
-			t = rs[0].at.Add(rlife)
-		case len(rs) == 0:
-			t = fs[0].at.Add(win)
-		default:
-			t = minTime(fs[0].at.Add(win), rs[0].at.Add(rlife))
+	for len(fs) > 0 || len(rs) > 0 || len(taken) > 0 {
+		// The next time a bucket leaves the window, and every bucket that leaves with it.
+		t := time.Time{}
+		next := func(at time.Time) {
+			if t.IsZero() || at.Before(t) {
+				t = at
+			}
+		}
+		if len(fs) > 0 {
+			next(fs[0].at.Add(win))
+		}
+		if len(rs) > 0 {
+			next(rs[0].at.Add(rlife))
+		}
+		if len(taken) > 0 {
+			next(taken[0].at)
 		}
 		for len(fs) > 0 && !fs[0].at.Add(win).After(t) {
 			firsts -= fs[0].n
@@ -126,16 +152,15 @@ func (b *retryBudget) allow(now time.Time, l Limits) (ok bool, wait time.Duratio
 			retries -= rs[0].n
 			rs = rs[1:]
 		}
-		if float64(retries+1) <= allowance(l, firsts)+budgetEpsilon {
+		for len(taken) > 0 && !taken[0].at.After(t) {
+			retries -= taken[0].n
+			taken = taken[1:]
+		}
+		fit = fits(l, firsts, retries)
+		if fit >= need {
 			return false, max(t.Sub(now), MinWait)
 		}
+		take(t, fit)
 	}
 	return false, max(win, MinWait)
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }

@@ -11,7 +11,14 @@
 //   - a retry budget (Finagle/Envoy style): retries admitted in a sliding window
 //     are at most RetryPercent% of the first attempts admitted in that window plus
 //     MinRetriesPerSecond*window;
-//   - a fair queue of waiting keys, so that namespaces (tenants) share the rate.
+//   - a fair queue of waiting keys, so that namespaces (tenants) share the rate;
+//     and a second one of the retries waiting for the retry budget, each told
+//     to come back when the budget fits it and every retry ahead of it, so
+//     retries refused together come back one after the other as it refills
+//     rather than all at the first refill, to be refused again but one. Those
+//     times assume no new first attempts; a first attempt raises the budget, and
+//     the waiters it then fits are handed to a wake function at once
+//     (Registry.WakesEarly): capacity wakes exactly as many as it fits.
 //
 // Nothing blocks: the reconciler asks with Admit and either sends now or
 // requeues after the returned wait. A key that has to wait gets a reservation,

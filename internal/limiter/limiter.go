@@ -145,6 +145,8 @@ type Registry struct {
 	mu        sync.Mutex
 	dests     map[string]*destination
 	nextSweep time.Time
+	// wakeEarly wakes retries whose budget came before their told time (WakesEarly); nil: none.
+	wakeEarly func(keys []string)
 }
 
 // Option configures a Registry.
@@ -199,10 +201,14 @@ type destination struct {
 	pausedUntil time.Time
 	queue       fairQueue
 	budget      retryBudget
+	// budgetQ holds the retries waiting for the retry budget, in the same fair order over namespaces as queue:
+	// each is told to come back when the budget fits it and every retry ahead of it, so that retries refused
+	// together come back one after the other, not together to be refused again.
+	budgetQ fairQueue
 }
 
 func newDestination() *destination {
-	return &destination{limits: Limits{}.normalized(), queue: newFairQueue()}
+	return &destination{limits: Limits{}.normalized(), queue: newFairQueue(), budgetQ: newFairQueue()}
 }
 
 // lookup returns the live state of dest, creating it if create is set; it
@@ -241,25 +247,45 @@ func (r *Registry) lookup(dest string, create bool) *destination {
 // ok=false: do not send; ask again after wait (>= MinWait). reason is
 // ReasonPaused (== ReasonRateLimited) while a Retry-After pause lasts,
 // ReasonRetryBudgetExhausted when a retry does not fit the budget (wait is
-// when it will, absent new first attempts), ReasonRateLimited otherwise. A
-// rate-limited or paused key holds a reservation, its place in the fair queue;
-// asking again for the same key does not consume capacity nor move it back.
-// The reservation is dropped when the key does not ask again within the grace
-// period after now+wait, or by Forget. A retry refused by the budget holds no
-// reservation.
+// when it will, together with the retries waiting for the budget ahead of it,
+// absent new first attempts), ReasonRateLimited otherwise. A rate-limited or
+// paused key holds a reservation, its place in the fair queue; a retry refused
+// by the budget holds its place among the retries waiting for the budget (the
+// same fair order), and no token. Asking again for the same key does not
+// consume capacity nor move it back. A reservation is dropped when the key
+// does not ask again within the grace period after now+wait, or by Forget.
 //
 // now is the current time; it is clamped to the latest time seen for dest.
 func (r *Registry) Admit(dest string, l Limits, ns, key string, first bool, now time.Time) (ok bool, wait time.Duration, reason Reason) {
 	r.maybeSweep(now)
 	d := r.lookup(dest, true)
-	defer d.mu.Unlock()
 	clamped := d.clamp(now)
 	ok, wait, reason = d.admit(l, ns, key, first, clamped, r.grace)
+	early := d.early(clamped)
+	d.mu.Unlock()
 	if !ok {
 		// The wait is counted from the caller's now.
 		wait = addSat(wait, clamped.Sub(now))
 	}
+	if len(early) > 0 {
+		r.mu.Lock()
+		wake := r.wakeEarly
+		r.mu.Unlock()
+		if wake != nil {
+			wake(early)
+		}
+	}
 	return ok, wait, reason
+}
+
+// WakesEarly sets how the registry wakes retries waiting for a destination's retry budget whose capacity came
+// before the time Admit told them (a first attempt raised the budget): wake is called with their keys (ns/name),
+// outside every lock of the registry, from within the Admit that found them. Until it is set, they come back at
+// their told time. The manager wakes them through its waiting room (waitroom.Room.WakeNow).
+func (r *Registry) WakesEarly(wake func(keys []string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.wakeEarly = wake
 }
 
 // Pause stops every action of dest until until (a 429/503 Retry-After applies to
@@ -280,8 +306,16 @@ func (r *Registry) Forget(dest, key string) {
 		return
 	}
 	defer d.mu.Unlock()
+	d.forget(key)
+}
+
+// forget drops key's reservations on d, for a token and for the retry budget. Locked.
+func (d *destination) forget(key string) {
 	if e := d.queue.get(key); e != nil {
 		d.queue.remove(e)
+	}
+	if b := d.budgetQ.get(key); b != nil {
+		d.budgetQ.remove(b)
 	}
 }
 
@@ -298,8 +332,8 @@ func (r *Registry) ForgetKey(key string) {
 	r.mu.Unlock()
 	for _, d := range dests {
 		d.mu.Lock()
-		if e := d.queue.get(key); e != nil && !d.dead {
-			d.queue.remove(e)
+		if !d.dead {
+			d.forget(key)
 		}
 		d.mu.Unlock()
 	}
@@ -310,6 +344,9 @@ type Stats struct {
 	// Waiting is the number of keys holding a reservation (waiting for a token
 	// or for the end of a pause).
 	Waiting int
+	// BudgetWaiting is the number of retries holding a place among those
+	// waiting for the retry budget.
+	BudgetWaiting int
 	// WaitingNamespaces is the number of namespaces with waiting keys.
 	WaitingNamespaces int
 	// Limited reports whether a rate limit is configured.
@@ -342,6 +379,7 @@ func (r *Registry) Stats(dest string, now time.Time) (s Stats, ok bool) {
 	d.budget.prune(now, d.limits.Window)
 	s = Stats{
 		Waiting:           d.queue.len(),
+		BudgetWaiting:     d.budgetQ.len(),
 		WaitingNamespaces: d.queue.namespaces(),
 		Limited:           d.lim != nil,
 		Tokens:            math.Inf(1),
@@ -408,7 +446,9 @@ func (d *destination) idle(now time.Time, ttl time.Duration) bool {
 	now = d.clamp(now)
 	d.queue.expire(now)
 	d.queue.sweep()
-	if d.queue.len() > 0 || now.Before(d.pausedUntil) || now.Sub(d.lastActive) < ttl {
+	d.budgetQ.expire(now)
+	d.budgetQ.sweep()
+	if d.queue.len() > 0 || d.budgetQ.len() > 0 || now.Before(d.pausedUntil) || now.Sub(d.lastActive) < ttl {
 		return false
 	}
 	d.budget.prune(now, d.limits.Window)
@@ -450,29 +490,26 @@ func (d *destination) admit(l Limits, ns, key string, first bool, now time.Time,
 		d.setLimits(l, now)
 	}
 	d.queue.expire(now)
+	d.budgetQ.expire(now)
 	d.budget.prune(now, d.limits.Window)
 	e := d.queue.get(key)
+	b := d.budgetPlace(ns, key, first, now)
+	hold := func(wait time.Duration) { d.holdPlace(b, now, wait, grace) }
+	admitted := func() { d.admitted(b, first, now) }
 
 	if now.Before(d.pausedUntil) {
-		if e == nil {
-			e = d.queue.push(ns, key, now)
-		}
-		// Come back when the pause ends and the tokens for those ahead have
-		// accrued by then, which spreads the restart instead of a herd.
-		wait := d.pausedUntil.Sub(now)
-		if d.lim != nil {
-			wait = addSat(wait, d.slotWait(d.queue.position(e), d.lim.TokensAt(d.pausedUntil)))
-		}
-		wait = max(wait, MinWait)
-		d.queue.setExpires(e, now.Add(addSat(wait, grace)))
+		wait := d.pauseWait(e, ns, key, now, grace)
+		hold(wait)
 		return false, wait, ReasonPaused
 	}
 
-	if !first && d.limits.Budget {
-		if ok, wait := d.budget.allow(now, d.limits); !ok {
+	if b != nil {
+		// The retries ahead of this one take the budget first: it fits when it and all of them do.
+		if ok, wait := d.budget.allow(now, d.limits, d.budgetQ.position(b)+1); !ok {
 			if e != nil {
 				d.queue.remove(e)
 			}
+			hold(wait)
 			return false, wait, ReasonRetryBudgetExhausted
 		}
 	}
@@ -481,7 +518,7 @@ func (d *destination) admit(l Limits, ns, key string, first bool, now time.Time,
 		if e != nil {
 			d.queue.admitted(e)
 		}
-		d.budget.record(first, now, d.limits.Window)
+		admitted()
 		return true, 0, ""
 	}
 
@@ -494,12 +531,84 @@ func (d *destination) admit(l Limits, ns, key string, first bool, now time.Time,
 	// bucket; a late key ahead keeps its token until its grace ends.
 	if float64(p)+1 <= tokens && d.lim.AllowN(now, 1) {
 		d.queue.admitted(e)
-		d.budget.record(first, now, d.limits.Window)
+		admitted()
 		return true, 0, ""
 	}
 	wait := d.slotWait(p, tokens)
 	d.queue.setExpires(e, now.Add(addSat(wait, grace)))
+	hold(wait)
 	return false, wait, ReasonRateLimited
+}
+
+// pauseWait is the wait of key (its reservation e, nil for none yet) while d is paused at now: until the pause
+// ends and the tokens for the keys ahead have accrued by then, which spreads the restart instead of a herd. Its
+// reservation is kept that long and the grace. Locked.
+func (d *destination) pauseWait(e *entry, ns, key string, now time.Time, grace time.Duration) time.Duration {
+	if e == nil {
+		e = d.queue.push(ns, key, now)
+	}
+	wait := d.pausedUntil.Sub(now)
+	if d.lim != nil {
+		wait = addSat(wait, d.slotWait(d.queue.position(e), d.lim.TokensAt(d.pausedUntil)))
+	}
+	wait = max(wait, MinWait)
+	d.queue.setExpires(e, now.Add(addSat(wait, grace)))
+	return wait
+}
+
+// budgetPlace returns the place of key's retry among those waiting for the retry budget, kept until it is
+// admitted (a new place when it had none), or nil for a first attempt or without a budget, dropping a place
+// left from before (the budget was removed, or the key is a first attempt again). Locked.
+func (d *destination) budgetPlace(ns, key string, first bool, now time.Time) *entry {
+	b := d.budgetQ.get(key)
+	switch {
+	case !first && d.limits.Budget && b == nil:
+		return d.budgetQ.push(ns, key, now)
+	case !first && d.limits.Budget:
+		return b
+	case b != nil:
+		d.budgetQ.remove(b)
+	}
+	return nil
+}
+
+// holdPlace keeps the budget place b (nil: none) of a key told to come back after wait from now, until the
+// grace after that. Locked.
+func (d *destination) holdPlace(b *entry, now time.Time, wait, grace time.Duration) {
+	if b != nil {
+		b.told = now.Add(wait)
+		d.budgetQ.setExpires(b, now.Add(addSat(wait, grace)))
+	}
+}
+
+// early returns the retries waiting for the budget that it fits at now but that were told a later time: the
+// first waiters in the fair order, as many as fit, that are not already due. Their capacity came before the
+// time they were told, which assumed no new first attempts (each first attempt raises the budget by
+// RetryPercent of one), so the caller wakes them now (Registry.WakesEarly). Each is returned once: its told time
+// becomes now, while its place is kept until its old time and the grace, so a wake that is lost or late costs
+// it nothing. None while the destination is paused. Locked, b pruned at now.
+func (d *destination) early(now time.Time) []string {
+	if d.budgetQ.len() == 0 || !d.limits.Budget || now.Before(d.pausedUntil) {
+		return nil
+	}
+	var out []string
+	for _, b := range d.budgetQ.first(fits(d.limits, d.budget.firsts.total, d.budget.retries.total)) {
+		// A waiter that also holds a token reservation waits for the rate limit, which tells its own time.
+		if b.told.After(now) && d.queue.get(b.key) == nil {
+			b.told = now
+			out = append(out, b.key)
+		}
+	}
+	return out
+}
+
+// admitted counts an admission at now in the retry budget, as a first attempt or a retry, and ends the wait
+// of its budget place b (nil: none). Locked.
+func (d *destination) admitted(b *entry, first bool, now time.Time) {
+	if b != nil {
+		d.budgetQ.admitted(b)
+	}
+	d.budget.record(first, now, d.limits.Window)
 }
 
 // slotWait returns how long until position p can be served, given tokens

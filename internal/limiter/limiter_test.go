@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -264,16 +266,23 @@ func TestRetryBudget(t *testing.T) {
 	}
 }
 
-// The wait of an exhausted budget is when the oldest retry leaves the window.
-func TestRetryBudgetWait(t *testing.T) {
+// spentBudget returns a registry whose destA has a budget of 2 retries per 2 s window (the floor only: 1 retry/s),
+// and its limits, both retries taken, at 0 and 0.5 s, by namespace a.
+func spentBudget(t *testing.T) (*Registry, Limits) {
+	t.Helper()
 	r := NewRegistry()
-	// Floor only: 1 retry/s over a 2 s window = 2 retries per window.
 	l := Limits{Budget: true, RetryPercent: 0, MinRetriesPerSecond: 1, Window: 2 * time.Second}
 	for i, at := range []float64{0, 0.5} {
 		if ok, _, _ := r.Admit(destA, l, "a", fmt.Sprintf("a/r%d", i), false, sec(at)); !ok {
 			t.Fatalf("retry %d refused", i)
 		}
 	}
+	return r, l
+}
+
+// The wait of an exhausted budget is when the oldest retry leaves the window.
+func TestRetryBudgetWait(t *testing.T) {
+	r, l := spentBudget(t)
 	ok, wait, reason := r.Admit(destA, l, "a", "a/r2", false, sec(0.6))
 	// The retry at 0 leaves at 0 + 2 s + one 10 ms bucket.
 	if ok || reason != ReasonRetryBudgetExhausted || wait != 1410*time.Millisecond {
@@ -295,6 +304,85 @@ func TestRetryBudgetWait(t *testing.T) {
 	// Without a budget retries are only rate limited.
 	if ok, _, _ := r2.Admit(destB, Limits{}, "a", "a/x", false, t0); !ok {
 		t.Fatal("retry refused without a budget")
+	}
+}
+
+// Retries refused by the budget together come back one after the other: each is told to come back when the
+// budget fits it and every retry waiting ahead of it, so each is admitted the first time it comes back and no
+// more come back at once than the budget then admits. (Told only when one more retry would fit, all of them came
+// back together and all but one were refused again, a herd each window.)
+func TestRetryBudgetWaitersComeBackInTurn(t *testing.T) {
+	r, l := spentBudget(t)
+	type back struct {
+		key string
+		at  time.Time
+	}
+	var backs []back
+	for i := 2; i < 8; i++ {
+		key := fmt.Sprintf("a/r%d", i)
+		ok, wait, why := r.Admit(destA, l, "a", key, false, sec(0.6))
+		if ok || why != ReasonRetryBudgetExhausted {
+			t.Fatalf("%s at 0.6 s: %v %v %q, want refused by the budget", key, ok, wait, why)
+		}
+		backs = append(backs, back{key, sec(0.6).Add(wait)})
+	}
+	if st, _ := r.Stats(destA, sec(0.6)); st.BudgetWaiting != 6 || st.Waiting != 0 {
+		t.Fatalf("stats %+v: want 6 retries waiting for the budget and no token reservation", st)
+	}
+	// The retries at 0 and 0.5 s leave the window at 2.01 and 2.51 s (2 s and one 10 ms bucket): the first two
+	// waiters take their places; each of those leaves a retry lifetime (2.01 s) and one bucket of slack after it,
+	// at 4.03 and 4.53 s, for the next two, and so on.
+	want := []float64{2.01, 2.51, 4.03, 4.53, 6.05, 6.55}
+	for i, b := range backs {
+		if d := b.at.Sub(sec(want[i])); d < -time.Millisecond || d > time.Millisecond {
+			t.Errorf("%s told to come back at %v, want %.2f s", b.key, b.at.Sub(t0), want[i])
+		}
+	}
+	// Each comes back at its time, in that order, and is admitted.
+	for _, b := range backs {
+		if ok, w, why := r.Admit(destA, l, "a", b.key, false, b.at); !ok {
+			t.Errorf("%s refused when it came back at %v: %v %q", b.key, b.at.Sub(t0), w, why)
+		}
+	}
+	if st, _ := r.Stats(destA, sec(6.55)); st.BudgetWaiting != 0 {
+		t.Errorf("%d retries still hold a place for the budget, want 0", st.BudgetWaiting)
+	}
+}
+
+// The retries waiting for the budget are served in the fair order over namespaces the token queue keeps: a
+// namespace whose retry starts waiting behind another namespace's backlog is not put behind all of it.
+func TestRetryBudgetWaitersAreFairOverNamespaces(t *testing.T) {
+	r, l := spentBudget(t)
+	var aBacks []time.Time
+	for i := 2; i < 6; i++ {
+		_, wait, _ := r.Admit(destA, l, "a", fmt.Sprintf("a/r%d", i), false, sec(0.6))
+		aBacks = append(aBacks, sec(0.6).Add(wait))
+	}
+	ok, wait, why := r.Admit(destA, l, "b", "b/r0", false, sec(0.7))
+	if ok || why != ReasonRetryBudgetExhausted {
+		t.Fatalf("b's retry: %v %v %q, want refused by the budget", ok, wait, why)
+	}
+	// Start-time fair queuing: a's waiting retries start after a's two admitted ones, b's (none admitted) at the
+	// virtual clock, so b's is served first, not behind a's backlog of four.
+	if got := sec(0.7).Add(wait); !got.Equal(aBacks[0]) {
+		t.Errorf("b's retry told to come back at %v, want the first place's time %v (a's backlog: %v)",
+			got.Sub(t0), aBacks[0].Sub(t0), aBacks)
+	}
+	if st, _ := r.Stats(destA, sec(0.7)); st.BudgetWaiting != 5 {
+		t.Errorf("%d retries wait for the budget, want 5", st.BudgetWaiting)
+	}
+}
+
+// A retry waiting for the budget keeps the place of no key that went away: Forget drops it, and the retry behind
+// takes its time.
+func TestRetryBudgetForgetDropsThePlace(t *testing.T) {
+	r, l := spentBudget(t)
+	_, wx, _ := r.Admit(destA, l, "a", "a/x", false, sec(0.6))
+	r.Admit(destA, l, "a", "a/y", false, sec(0.6))
+	// Without the Forget, y at x's time would need the budget for x and itself there: refused.
+	r.Forget(destA, "a/x")
+	if ok, w, why := r.Admit(destA, l, "a", "a/y", false, sec(0.6).Add(wx)); !ok {
+		t.Errorf("y refused at x's time after x was forgotten: %v %q", w, why)
 	}
 }
 
@@ -645,5 +733,133 @@ func TestWithRetryBudgetDefaults(t *testing.T) {
 	zero := int32(0)
 	if l := (Limits{}).WithRetryBudget(&zero, &zero, time.Minute); l.RetryPercent != 0 || l.MinRetriesPerSecond != 0 || l.Window != time.Minute {
 		t.Fatalf("explicit zeros not kept: %+v", l)
+	}
+}
+
+// A first attempt raises the budget by RetryPercent of one. The retries waiting for it were told times that
+// assume no new first attempts, so when first attempts make room the registry hands exactly as many waiters as
+// now fit, in the fair order, to its wake function, each once; they are admitted when they come.
+func TestFirstAttemptsWakeBudgetWaitersEarly(t *testing.T) {
+	r := NewRegistry()
+	var woken [][]string
+	r.WakesEarly(func(keys []string) { woken = append(woken, keys) })
+	pct, floor := int32(20), int32(0)
+	l := Limits{}.WithRetryBudget(&pct, &floor, 10*time.Second)
+	for i := range 10 {
+		r.Admit(destA, l, "f", fmt.Sprintf("f/%d", i), true, sec(0))
+	}
+	for i := range 2 { // 10 first attempts allow 2 retries
+		if ok, _, _ := r.Admit(destA, l, "a", fmt.Sprintf("a/r%d", i), false, sec(0)); !ok {
+			t.Fatalf("retry %d refused", i)
+		}
+	}
+	for _, k := range []string{"a/w0", "a/w1", "b/w0"} {
+		ns, _, _ := strings.Cut(k, "/")
+		// Without more first attempts nothing frees the budget: told to come back in a window.
+		if ok, wait, why := r.Admit(destA, l, ns, k, false, sec(1)); ok || why != ReasonRetryBudgetExhausted || wait != 10*time.Second {
+			t.Fatalf("%s: %v %v %q, want refused for a window", k, ok, wait, why)
+		}
+	}
+	firsts := 10
+	first := func(at float64) {
+		t.Helper()
+		if ok, _, _ := r.Admit(destA, l, "f", fmt.Sprintf("f/%d", firsts), true, sec(at)); !ok {
+			t.Fatalf("first attempt %d refused", firsts)
+		}
+		firsts++
+	}
+	for range 4 { // 14 first attempts: 2.8 retries, 2 taken
+		first(2)
+	}
+	if len(woken) != 0 {
+		t.Fatalf("woken %v before the budget fits one more retry", woken)
+	}
+	first(2) // 15: 3 retries, one fits
+	first(2) // 16: still one: the one woken is not woken again
+	// Namespace a had the two retries admitted, so b's waiter goes first, then a's in their order (fair order).
+	if want := [][]string{{"b/w0"}}; !reflect.DeepEqual(woken, want) {
+		t.Fatalf("woken %v, want %v", woken, want)
+	}
+	if ok, w, why := r.Admit(destA, l, "b", "b/w0", false, sec(2.1)); !ok {
+		t.Fatalf("b/w0 refused when woken: %v %q", w, why)
+	}
+	for range 4 { // 20 first attempts: 4 retries, 3 taken
+		first(3)
+	}
+	if want := [][]string{{"b/w0"}, {"a/w0"}}; !reflect.DeepEqual(woken, want) {
+		t.Fatalf("woken %v, want %v", woken, want)
+	}
+	// A pause stops the destination: nothing is woken into it.
+	r.Pause(destA, sec(60))
+	for range 10 {
+		r.Admit(destA, l, "f", "f/paused", true, sec(4))
+	}
+	if len(woken) != 2 {
+		t.Fatalf("woken %v during a pause", woken)
+	}
+}
+
+// Under a steady stream of first attempts the budget refills far faster than the times told to waiting retries
+// (which assume no new first attempts): 60 retries that ask at once, behind 10 first attempts a second with a
+// 20 % budget and a floor of 1 retry/s over 10 s (30 retries a window once the stream is steady). Woken as first
+// attempts make room (WakesEarly), the last of them is admitted about when the budget's rate allows it and each
+// is refused about once; left to come back at their told times, the last waits about twice as long.
+func TestBudgetWaitersUnderSteadyFirstAttempts(t *testing.T) {
+	pct, floor := int32(20), int32(1)
+	l := Limits{}.WithRetryBudget(&pct, &floor, 10*time.Second)
+	run := func(early bool) (last time.Duration, refusals int) {
+		s := newSimulation(NewRegistry(), map[string]Limits{destA: l})
+		s.early = early
+		var evs []event
+		for i := range 600 { // 10 a second for a minute
+			evs = append(evs, event{at: sec(float64(i) / 10), dest: destA, ns: "f", key: fmt.Sprintf("f/%d", i), first: true})
+		}
+		for i := range 60 {
+			ns := []string{"a", "b"}[i%2]
+			evs = append(evs, event{at: sec(5), dest: destA, ns: ns, key: fmt.Sprintf("%s/r%d", ns, i)})
+		}
+		s.run(t, evs)
+		for _, a := range s.of(destA) {
+			if !a.first {
+				last = max(last, a.at.Sub(sec(5)))
+			}
+		}
+		checkBudget(t, s.of(destA), l)
+		return last, len(s.refused)
+	}
+	last, refusals := run(true)
+	lastTold, refusalsTold := run(false)
+	t.Logf("woken early: last retry %v after asking, %d refusals; at told times only: %v, %d", last, refusals, lastTold, refusalsTold)
+	// 50 first attempts before they ask allow 20 retries in the first window; 30 more each window after.
+	if last > 20*time.Second {
+		t.Errorf("woken early, the last retry was admitted %v after asking, want within 20 s (about 1.5 windows)", last)
+	}
+	if refusals > 2*60 {
+		t.Errorf("%d refusals for 60 waiting retries, want at most 2 each", refusals)
+	}
+}
+
+// checkBudget fails unless, at every retry admitted, the retries admitted in the window before it (it included)
+// fit the budget of the first attempts admitted in that window.
+func checkBudget(t *testing.T, adm []admission, l Limits) {
+	t.Helper()
+	l = l.normalized()
+	for i, a := range adm {
+		if a.first {
+			continue
+		}
+		firsts, retries := 0, 0
+		for _, b := range adm[:i+1] {
+			if a.at.Sub(b.at) < l.Window {
+				if b.first {
+					firsts++
+				} else {
+					retries++
+				}
+			}
+		}
+		if float64(retries) > allowance(l, firsts)+budgetEpsilon {
+			t.Fatalf("at %v: %d retries in the window, the budget of %d first attempts allows %.1f", a.at.Sub(t0), retries, firsts, allowance(l, firsts))
+		}
 	}
 }

@@ -18,6 +18,9 @@ type entry struct {
 	// expires is the instant after which an unclaimed reservation is dropped:
 	// the time the key was told to come back plus the grace period.
 	expires time.Time
+	// told is when the key was told to come back (the retry budget's queue: a key told a later time than its
+	// capacity comes is woken early, see destination.early).
+	told time.Time
 	// hidx is the index of the entry in the expiry heap.
 	hidx int
 }
@@ -87,6 +90,29 @@ func (q *fairQueue) position(e *entry) int {
 		p += i
 	}
 	return p
+}
+
+// first returns the first n waiting keys in service order (all of them when fewer wait): the head of each
+// namespace's queue in turn, the smallest (tag, arrival) first. O(n × namespaces).
+func (q *fairQueue) first(n int) []*entry {
+	n = min(n, len(q.byKey))
+	if n <= 0 {
+		return nil
+	}
+	next := make(map[*nsQueue]int, len(q.byNS))
+	out := make([]*entry, 0, n)
+	for len(out) < n {
+		var best *entry
+		var from *nsQueue
+		for _, nq := range q.byNS {
+			if i := next[nq]; i < len(nq.entries) && (best == nil || serviceOrder(nq.entries[i], best) < 0) {
+				best, from = nq.entries[i], nq
+			}
+		}
+		next[from]++
+		out = append(out, best)
+	}
+	return out
 }
 
 // remove drops the reservation e.

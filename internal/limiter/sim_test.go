@@ -22,6 +22,8 @@ type event struct {
 	first      bool
 	pauseUntil time.Time
 	seq        int
+	// gen is the key's wait this event ends: an event whose key was since woken early is stale.
+	gen int
 }
 
 // admission is one ok=true answer of Admit.
@@ -53,6 +55,9 @@ type simulation struct {
 	vanish map[string]bool
 	// maxEvents stops a runaway simulation.
 	maxEvents int
+	// early: the registry's early wakes (Registry.WakesEarly) bring a waiting key back at once, as the manager's
+	// waiting room does; without it a key comes back only at its told time.
+	early bool
 
 	admitted []admission
 	refused  []refusal
@@ -91,6 +96,26 @@ func (s *simulation) run(t *testing.T, events []event) {
 		e.seq = seq
 		heap.Push(h, e)
 	}
+	gen := map[string]int{}      // by dest|key: the current wait of each key
+	parked := map[string]event{} // by dest|key: the event that ends a key's current wait
+	var cur event
+	if s.early {
+		s.r.WakesEarly(func(keys []string) {
+			for _, k := range keys {
+				id := cur.dest + "|" + k
+				w, ok := parked[id]
+				if !ok {
+					t.Fatalf("%s woken early but not waiting", k)
+				}
+				delete(parked, id)
+				gen[id]++
+				seq++
+				w.at, w.seq, w.gen = cur.at, seq, gen[id]
+				heap.Push(h, w)
+			}
+		})
+		defer s.r.WakesEarly(nil)
+	}
 	for n := 0; h.Len() > 0; n++ {
 		if n > s.maxEvents {
 			t.Fatalf("simulation did not finish after %d events", n)
@@ -101,6 +126,11 @@ func (s *simulation) run(t *testing.T, events []event) {
 			continue
 		}
 		id := e.dest + "|" + e.key
+		if e.gen != gen[id] {
+			continue // woken early: this was its told time
+		}
+		delete(parked, id)
+		cur = e
 		if _, ok := asked[id]; !ok {
 			asked[id] = e.at
 		}
@@ -126,6 +156,7 @@ func (s *simulation) run(t *testing.T, events []event) {
 		seq++
 		e.at, e.seq = next, seq
 		heap.Push(h, e)
+		parked[id] = e
 	}
 }
 

@@ -17,7 +17,8 @@ type Wait struct {
 	Reason string
 	// Until is when to ask again (the limiter's wait from now, capped while the limits are divided among shards).
 	Until time.Time
-	// Message says so for status: "waiting for destination <id> (<reason>) until <RFC 3339 time>".
+	// Message says so for status: "waiting for destination <id> (<reason>) until <RFC 3339 time>", and for the
+	// retry budget ", or sooner if new first attempts raise the budget".
 	Message string
 }
 
@@ -46,6 +47,9 @@ func Admit(l *limiter.Registry, shares *destination.Resolver, dest *destination.
 	after = shares.ShareRecheck(dest, after)
 	w := &Wait{Reason: destination.LimiterReason(reason), Until: now.Add(after)}
 	w.Message = fmt.Sprintf("waiting for destination %s (%s) until %s", dest.ID, w.Reason, w.Until.UTC().Format(time.RFC3339Nano))
+	if reason == limiter.ReasonRetryBudgetExhausted {
+		w.Message += ", or sooner if new first attempts raise the budget"
+	}
 	metrics.Delayed.WithLabelValues(dest.ID, w.Reason).Inc()
 	return w
 }

@@ -16,13 +16,14 @@ import (
 )
 
 // Passage is what every request to a destination passes before its claim, an attempt, a post-check and a
-// dead-letter delivery alike, in the order that spends nothing before it is needed: Near (this shard's share of
-// the destination's limits, then room in the dispatcher: both in memory), the caller's own reads, then Far (the
-// destination's Secrets, then a token of its rate limit and retry budget). Every wait for the destination's
-// capacity is decided here, so each kind of request waits alike: counted (actionledger_delayed_total), parked in
-// the destination's waiting room (internal/waitroom: a wait for a slot is woken by a completion there, a wait
-// for a token, the retry budget, a pause's end or the shard's share at the time the limiter gives), left there
-// with one jittered safety-net requeue (Hold.After), and shown in status only when it lasts (Hold.Shown).
+// dead-letter delivery alike, in the order that spends nothing before it is needed: Near (a time the waiting room
+// already holds it for, this shard's share of the destination's limits, then room in the dispatcher: all in
+// memory), the caller's own reads, then Far (the destination's Secrets, then a token of its rate limit and retry
+// budget). Every wait for the destination's capacity is decided here, so each kind of request waits alike:
+// counted (actionledger_delayed_total), parked in the destination's waiting room (internal/waitroom: a wait for a
+// slot is woken by a completion there, a wait for a token, the retry budget, a pause's end or the shard's share
+// at the time the limiter gives, and a retry sooner when first attempts raise the budget), left there with one
+// jittered safety-net requeue (Hold.After), and shown in status only when it lasts (Hold.Shown).
 type Passage struct {
 	Limiter  *limiter.Registry
 	Resolver *destination.Resolver
@@ -50,13 +51,24 @@ type Hold struct {
 	// Shown: the wait has lasted, or will, long enough to be recorded in status (a wait for room longer than
 	// the destination's timeout; a wait for a token longer than BriefWait). A shorter one costs no status write.
 	Shown bool
+	// Sooner: the wait may end before Until, when the room wakes the request early (the retry budget: Until
+	// assumes no new first attempts, and each one raises the budget), so no schedule may hold the request back
+	// until Until.
+	Sooner bool
 	// Err is set when the destination's Secrets could not be read: the destination is unusable, not busy.
 	Err error
 }
 
 // Near passes this shard's share of dest's limits and room for key at dest in the dispatcher, at now; rand is the
-// decision environment's jitter source ([0, 1)). nil: passed, and key has left the waiting room.
+// decision environment's jitter source ([0, 1)). nil: passed, and key has left the waiting room. A key the room
+// holds until a time after now (a token, the retry budget, a pause's end, the shard's share) waits there first,
+// with no reason (nothing to write) and nothing asked: the room wakes it then, or sooner (Room.WakeNow), and a
+// look before that (the reconcile of its own status write, a resync) would ask the limiter again only to be
+// refused again.
 func (p *Passage) Near(dest *destination.Resolved, key types.NamespacedName, now time.Time, rand func() float64) *Hold {
+	if until, ok := p.Room.Until(key); ok && until.After(now) {
+		return &Hold{Until: until, After: safetyNet(until, now, rand)}
+	}
 	if after, ok := p.Resolver.TakeShare(dest, now); !ok {
 		until := now.Add(after)
 		p.Room.ParkUntil(dest.ID, key, until)
@@ -99,7 +111,7 @@ func (p *Passage) Far(ctx context.Context, dest *destination.Resolved, key types
 	}
 	p.Room.ParkUntil(dest.ID, key, w.Until)
 	return &Hold{Reason: w.Reason, Message: w.Message, Until: w.Until, After: safetyNet(w.Until, now, rand),
-		Shown: !w.Brief(now)}
+		Shown: !w.Brief(now), Sooner: w.Reason == actionsv1alpha1.ReasonRetryBudgetExhausted}
 }
 
 // RoomShown is how long a wait for room at dest lasts before it is shown in status: the destination's timeout

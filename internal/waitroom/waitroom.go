@@ -42,6 +42,9 @@ type Room struct {
 	at map[types.NamespacedName]place
 	// since is when each key began to wait (Since), kept across wakes until it Leaves.
 	since map[types.NamespacedName]time.Time
+	// woken holds the keys woken early (WakeNow) before they were parked: the limiter may hand a key over between
+	// its refusal and its ParkUntil, which then wakes it at once.
+	woken map[types.NamespacedName]struct{}
 	// count is how many keys wait at each destination, for a slot ([0]) and for a time ([1]):
 	// actionledger_waiting_requests.
 	count map[string]*[2]int
@@ -100,7 +103,7 @@ type queue struct {
 // New returns an empty Room. Keys parked for a time are woken only once Wakes has given it a way to wake them.
 func New() *Room {
 	return &Room{dests: map[string]*queue{}, at: map[types.NamespacedName]place{}, since: map[types.NamespacedName]time.Time{},
-		count: map[string]*[2]int{}}
+		woken: map[types.NamespacedName]struct{}{}, count: map[string]*[2]int{}}
 }
 
 // Wakes sets how the room wakes a key whose time came (the manager's dispatcher puts it on the controller's
@@ -136,6 +139,7 @@ func (r *Room) Since(key types.NamespacedName, now time.Time) time.Duration {
 func (r *Room) Park(dest string, key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	delete(r.woken, key)
 	if p, ok := r.at[key]; ok {
 		if p.dest == dest && p.elem != nil {
 			return
@@ -182,10 +186,15 @@ func (r *Room) countLocked(dest string, kind, n int) {
 
 // ParkUntil puts key in dest's waiting room until until (a rate-limit token, the retry budget, a pause or this
 // shard's share comes then): the room wakes it at that time (Wakes). A key already waiting for the same time at
-// dest is left as it is; one waiting elsewhere, or for a slot, moves.
+// dest is left as it is; one waiting elsewhere, or for a slot, moves. A key woken early (WakeNow) on its way here
+// is woken at once.
 func (r *Room) ParkUntil(dest string, key types.NamespacedName, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, ok := r.woken[key]; ok {
+		delete(r.woken, key)
+		until = time.Time{} // due now: the timer fires at once
+	}
 	if p, ok := r.at[key]; ok {
 		if p.dest == dest && p.elem == nil && p.until.Equal(until) {
 			return
@@ -262,6 +271,7 @@ func (r *Room) Leave(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.since, key)
+	delete(r.woken, key)
 	if p, ok := r.at[key]; ok {
 		r.leaveLocked(key, p)
 		if p.elem == nil {
@@ -314,6 +324,35 @@ func (r *Room) Wake(dest string, n int) []types.NamespacedName {
 		out = append(out, key)
 	}
 	return out
+}
+
+// WakeNow wakes key at once if it waits for a time (its capacity came before the time it was given: a first
+// attempt raised a retry budget, limiter.Registry.WakesEarly), through the room's wake (Wakes). A key not parked
+// is marked, so that its next ParkUntil wakes it at once (it was handed over between its refusal and its
+// parking); Park and Leave clear the mark. A key waiting for a slot is left where it is, and so is every key
+// before Wakes is called.
+func (r *Room) WakeNow(key types.NamespacedName) {
+	r.mu.Lock()
+	p, ok := r.at[key]
+	switch {
+	case r.wake == nil: // nothing can wake it: its own requeue will
+		r.mu.Unlock()
+		return
+	case !ok:
+		r.woken[key] = struct{}{}
+		r.mu.Unlock()
+		return
+	case p.elem != nil:
+		r.mu.Unlock()
+		return
+	}
+	r.leaveLocked(key, p)
+	r.armLocked()
+	wake := r.wake
+	r.mu.Unlock()
+	if wake != nil {
+		wake(key)
+	}
 }
 
 // Settle waits for the wakes already on their way (the timer fired, its wakes not yet all made): a test's clock

@@ -2,6 +2,8 @@ package waitroom
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -222,4 +224,54 @@ func TestLaterIsTheParkedTimeWhenLater(t *testing.T) {
 		t.Errorf("parked for a slot: %v, want %v", got, at)
 	}
 	r.Leave(key)
+}
+
+// WakeNow wakes a key waiting for a time at once and only once (its old time then wakes nothing); a key not yet
+// parked is woken by its next ParkUntil at once, unless it left or parked for a slot first; a key waiting for a
+// slot stays there.
+func TestWakeNowWakesATimedWaiterAtOnce(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	r, w := New(), &woken{}
+	r.Wakes(clk, w.wake)
+	r.ParkUntil("D/a", k("a", 0), t0.Add(10*time.Second))
+	r.ParkUntil("D/a", k("a", 1), t0.Add(10*time.Second))
+	r.WakeNow(k("a", 0))
+	r.Settle()
+	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("a", 0)}) {
+		t.Fatalf("WakeNow: woken %s, want [a0]", got)
+	}
+	if _, ok := r.Until(k("a", 0)); ok {
+		t.Error("a0 still parked after its wake")
+	}
+	// Handed over before it parked: its ParkUntil wakes it at once.
+	r.WakeNow(k("b", 0))
+	r.ParkUntil("D/a", k("b", 0), t0.Add(10*time.Second))
+	step(r, clk, 0)
+	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("b", 0)}) {
+		t.Fatalf("WakeNow before ParkUntil: woken %s, want [b0]", got)
+	}
+	// The mark is used once, and Leave or Park clear it.
+	r.ParkUntil("D/a", k("b", 0), t0.Add(10*time.Second))
+	r.WakeNow(k("c", 0))
+	r.Leave(k("c", 0))
+	r.ParkUntil("D/a", k("c", 0), t0.Add(10*time.Second))
+	r.WakeNow(k("d", 0))
+	r.Park("D/a", k("d", 0))
+	r.WakeNow(k("d", 0)) // waits for a slot: stays
+	step(r, clk, time.Second)
+	if got := w.take(); got != "[]" {
+		t.Fatalf("marks used twice or kept after Leave/Park: woken %s", got)
+	}
+	if r.Waiting("D/a") != 1 {
+		t.Errorf("%d slot waiters, want d0", r.Waiting("D/a"))
+	}
+	// At the old time only the keys still parked for it are woken (in any order: they share the time).
+	step(r, clk, 9*time.Second)
+	w.mu.Lock()
+	slices.SortFunc(w.keys, func(x, y types.NamespacedName) int { return strings.Compare(x.String(), y.String()) })
+	w.mu.Unlock()
+	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("a", 1), k("b", 0), k("c", 0)}) {
+		t.Fatalf("at 10s: woken %s, want a1, b0, c0", got)
+	}
 }
