@@ -176,7 +176,7 @@ func TestRetryBudgetWaitersAreRefusedOnceEach(t *testing.T) {
 
 // A retry waiting for a budget without a floor was told to come back in a window (60 s here): nothing but new
 // first attempts can free it. When first attempts raise the budget enough, the waiting room wakes it at once
-// (limiter.Registry.WakesEarly, waitroom.Room.WakeNow): it Succeeds within seconds, not a minute later.
+// (limiter.Registry.WakesEarly, waitroom.Room.Sooner): it Succeeds within seconds, not a minute later.
 func TestFirstAttemptsWakeAWaitingRetry(t *testing.T) {
 	ns := env.Namespace(t)
 	srv, url := envtestutil.DestinationServer(t, destination.Options{})

@@ -365,6 +365,7 @@ func (r *ExternalActionReconciler) build() {
 		AllEvents: r.Options.AllEvents, DestinationID: destination.ID, Seats: writeseats.New(r.Options.statusWriteSeats()),
 		Finished: func(xa *actionsv1alpha1.ExternalAction) {
 			r.Limiter.Forget(destination.ID(xa), xa.Namespace+"/"+xa.Name)
+			p.room.Leave(types.NamespacedName{Namespace: xa.Namespace, Name: xa.Name})
 			p.subjects.ReleaseAfterWrite(xa)
 		}}
 	p.resolver = &destination.Resolver{Client: r.Client, Secrets: r.APIReader, Tenants: r.Options.Tenants,
@@ -485,12 +486,13 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.parts.wakeFn = func(nn types.NamespacedName) { md.wakeUp(nn) }
 		clk, _ := r.Clock.(clock.WithDelayedExecution)
 		r.parts.room.Wakes(clk, r.parts.wakeFn)
-		// A first attempt raises a retry budget: the limiter hands the waiting retries it now fits to the room.
+		// Retries waiting for a retry budget whose budget comes sooner than they were told (first attempts raised
+		// it, the retries ahead went sooner): the limiter hands them to the room, which moves their wake.
 		room := r.parts.room
-		r.Limiter.WakesEarly(func(keys []string) {
-			for _, k := range keys {
-				ns, name, _ := strings.Cut(k, "/")
-				room.WakeNow(types.NamespacedName{Namespace: ns, Name: name})
+		r.Limiter.WakesEarly(func(ws []limiter.Wake) {
+			for _, w := range ws {
+				ns, name, _ := strings.Cut(w.Key, "/")
+				room.Sooner(types.NamespacedName{Namespace: ns, Name: name}, w.At)
 			}
 		})
 	}

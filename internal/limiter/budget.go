@@ -102,65 +102,94 @@ func fits(l Limits, firsts, retries int) int {
 
 // allow reports whether need more retries fit the budget at now (b is pruned at now): the retries waiting ahead
 // of one and that one itself. If not, wait is the time until the last of them will fit if no further first
-// attempt is admitted. It replays the window: at each time a bucket of first attempts or retries leaves it, the
-// retries that then fit are taken, in order, by those still waiting, and each taken retry is itself in the
-// window for a retry's lifetime (the window and one bucket) and one bucket more, the slack for the wake and
-// reconcile that bring it (it is admitted a little after its time, so it leaves a little later). When the budget
-// can never admit the last of them without new first attempts (no floor), wait is one window.
+// attempt is admitted (fitTimes); when the budget can never admit it without new first attempts (no floor),
+// wait is one window.
 func (b *retryBudget) allow(now time.Time, l Limits, need int) (ok bool, wait time.Duration) {
-	firsts, retries := b.firsts.total, b.retries.total
-	fit := fits(l, firsts, retries)
-	if fit >= need {
+	if fits(l, b.firsts.total, b.retries.total) >= need {
 		return true, 0
 	}
-	win := l.Window
-	q := budgetQuantum(win)
-	rlife := win + q
-	// taken are the retries the replay gave to those ahead, as buckets by the time they leave the window (at).
-	var taken []bucket
-	take := func(t time.Time, n int) {
-		if n > 0 {
-			retries += n
-			need -= n
-			taken = append(taken, bucket{at: t.Add(rlife + q), n: n})
-		}
-	}
-	take(now, fit)
-	fs, rs := b.firsts.buckets, b.retries.buckets
-	for len(fs) > 0 || len(rs) > 0 || len(taken) > 0 {
-		// The next time a bucket leaves the window, and every bucket that leaves with it.
-		t := time.Time{}
-		next := func(at time.Time) {
-			if t.IsZero() || at.Before(t) {
-				t = at
+	return false, max(b.fitTimes(now, l, need-1, need)[0].Sub(now), MinWait)
+}
+
+// fitTimes returns, for each need in (from, to], the time the budget fits that many more retries at now if no
+// further first attempt is admitted (b is pruned at now): now when they fit already, now plus one window when
+// the budget never will (no floor). It replays the window: at each time a bucket of first attempts or retries
+// leaves it, the retries that then fit are taken, in order, by the needs still waiting, and each taken retry is
+// itself in the window for a retry's lifetime (the window and one bucket) and one bucket more, the slack for the
+// wake and reconcile that bring it (it is admitted a little after its time, so it leaves a little later).
+// O(buckets in the window + to).
+func (b *retryBudget) fitTimes(now time.Time, l Limits, from, to int) []time.Time {
+	out := make([]time.Time, 0, max(to-from, 0))
+	p := &replay{l: l, firsts: b.firsts.total, retries: b.retries.total, fs: b.firsts.buckets, rs: b.retries.buckets}
+	met := 0 // how many needs are met
+	for t, ok := now, true; ok && met < to; t, ok = p.next() {
+		for fit := p.take(t); met < to && fit > 0; fit-- {
+			met++
+			if met > from {
+				out = append(out, t)
 			}
 		}
-		if len(fs) > 0 {
-			next(fs[0].at.Add(win))
-		}
-		if len(rs) > 0 {
-			next(rs[0].at.Add(rlife))
-		}
-		if len(taken) > 0 {
-			next(taken[0].at)
-		}
-		for len(fs) > 0 && !fs[0].at.Add(win).After(t) {
-			firsts -= fs[0].n
-			fs = fs[1:]
-		}
-		for len(rs) > 0 && !rs[0].at.Add(rlife).After(t) {
-			retries -= rs[0].n
-			rs = rs[1:]
-		}
-		for len(taken) > 0 && !taken[0].at.After(t) {
-			retries -= taken[0].n
-			taken = taken[1:]
-		}
-		fit = fits(l, firsts, retries)
-		if fit >= need {
-			return false, max(t.Sub(now), MinWait)
-		}
-		take(t, fit)
 	}
-	return false, max(win, MinWait)
+	for len(out) < to-from {
+		out = append(out, now.Add(max(l.Window, MinWait)))
+	}
+	return out
+}
+
+// replay is the state of fitTimes' replay of a retry-budget window: the admissions still in it (firsts and
+// retries, in buckets fs and rs), and taken, the retries the replay gave to the needs met so far, as buckets by the
+// time they leave the window.
+type replay struct {
+	l               Limits
+	firsts, retries int
+	fs, rs, taken   []bucket
+}
+
+// take gives the retries that fit at t to the needs waiting, and returns how many.
+func (p *replay) take(t time.Time) int {
+	fit := fits(p.l, p.firsts, p.retries)
+	if fit > 0 {
+		q := budgetQuantum(p.l.Window)
+		p.retries += fit
+		p.taken = append(p.taken, bucket{at: t.Add(p.l.Window + 2*q), n: fit})
+	}
+	return fit
+}
+
+// next returns the next time a bucket leaves the window, having dropped every bucket that leaves then; false when
+// none is left.
+func (p *replay) next() (time.Time, bool) {
+	win := p.l.Window
+	rlife := win + budgetQuantum(win)
+	t := time.Time{}
+	at := func(x time.Time) {
+		if t.IsZero() || x.Before(t) {
+			t = x
+		}
+	}
+	if len(p.fs) > 0 {
+		at(p.fs[0].at.Add(win))
+	}
+	if len(p.rs) > 0 {
+		at(p.rs[0].at.Add(rlife))
+	}
+	if len(p.taken) > 0 {
+		at(p.taken[0].at)
+	}
+	if t.IsZero() {
+		return t, false
+	}
+	for len(p.fs) > 0 && !p.fs[0].at.Add(win).After(t) {
+		p.firsts -= p.fs[0].n
+		p.fs = p.fs[1:]
+	}
+	for len(p.rs) > 0 && !p.rs[0].at.Add(rlife).After(t) {
+		p.retries -= p.rs[0].n
+		p.rs = p.rs[1:]
+	}
+	for len(p.taken) > 0 && !p.taken[0].at.After(t) {
+		p.retries -= p.taken[0].n
+		p.taken = p.taken[1:]
+	}
+	return t, true
 }

@@ -17,8 +17,11 @@
 //     retries refused together come back one after the other as it refills
 //     rather than all at the first refill, to be refused again but one. Those
 //     times assume no new first attempts; a first attempt raises the budget, and
-//     the waiters it then fits are handed to a wake function at once
-//     (Registry.WakesEarly): capacity wakes exactly as many as it fits.
+//     the waiters it then fits are handed to a wake function at once, and the
+//     next waiters' times are brought forward as the queue moves
+//     (Registry.WakesEarly): capacity wakes as many as it fits. A waiter's claim
+//     on the budget lasts a second past its time; one that comes later keeps its
+//     place but not the budget meanwhile, which goes to whoever asks.
 //
 // Nothing blocks: the reconciler asks with Admit and either sends now or
 // requeues after the returned wait. A key that has to wait gets a reservation,

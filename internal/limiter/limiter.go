@@ -146,7 +146,7 @@ type Registry struct {
 	dests     map[string]*destination
 	nextSweep time.Time
 	// wakeEarly wakes retries whose budget came before their told time (WakesEarly); nil: none.
-	wakeEarly func(keys []string)
+	wakeEarly func([]Wake)
 }
 
 // Option configures a Registry.
@@ -205,10 +205,42 @@ type destination struct {
 	// each is told to come back when the budget fits it and every retry ahead of it, so that retries refused
 	// together come back one after the other, not together to be refused again.
 	budgetQ fairQueue
+	// late holds the budget places whose key did not ask again within the grace after its time, by key: they are
+	// not counted ahead of anyone, but a key that comes back takes its place again (its tag), so that a waiter
+	// slower than the grace (a busy workqueue) is neither pushed to the back nor holding the budget for others.
+	// Each is dropped lateKeep after it went late.
+	late      map[string]*entry
+	lateSweep time.Time
+	// woke is the state of the last wakeups that found something to do (budgetQ's version, the retries that
+	// fit): the same state gives the same answer, so it is not worked out again.
+	woke [2]uint64
+}
+
+// lateKeep is how long a late budget place is kept for its key (30 s).
+const lateKeep = 30 * time.Second
+
+// budgetGrace is how long after its time a retry waiting for the budget is counted ahead of the others: the
+// budget that fits it is held for it that long and then goes to whoever asks (it keeps its place: late). Short,
+// because a wake's latency varies (a busy workqueue) and budget held for a retry that has not come yet is budget
+// no one uses; the place, which decides who is woken next, is kept longer (lateKeep).
+var budgetGrace = time.Second
+
+// Waking bounds, per Admit of a destination with retries waiting for its budget: at most wakeMax waiters are
+// woken early, and the told times of the retimed next sleeping waiters are brought forward.
+const (
+	wakeMax = 64
+	retimed = 8
+)
+
+// Wake is a retry waiting for a destination's retry budget that the registry hands to its wake function
+// (Registry.WakesEarly): Key (ns/name) may ask again at At, which is earlier than the time it was told.
+type Wake struct {
+	Key string
+	At  time.Time
 }
 
 func newDestination() *destination {
-	return &destination{limits: Limits{}.normalized(), queue: newFairQueue(), budgetQ: newFairQueue()}
+	return &destination{limits: Limits{}.normalized(), queue: newFairQueue(), budgetQ: newFairQueue(), late: map[string]*entry{}}
 }
 
 // lookup returns the live state of dest, creating it if create is set; it
@@ -261,7 +293,7 @@ func (r *Registry) Admit(dest string, l Limits, ns, key string, first bool, now 
 	d := r.lookup(dest, true)
 	clamped := d.clamp(now)
 	ok, wait, reason = d.admit(l, ns, key, first, clamped, r.grace)
-	early := d.early(clamped)
+	early := d.wakeups(clamped)
 	d.mu.Unlock()
 	if !ok {
 		// The wait is counted from the caller's now.
@@ -278,11 +310,13 @@ func (r *Registry) Admit(dest string, l Limits, ns, key string, first bool, now 
 	return ok, wait, reason
 }
 
-// WakesEarly sets how the registry wakes retries waiting for a destination's retry budget whose capacity came
-// before the time Admit told them (a first attempt raised the budget): wake is called with their keys (ns/name),
-// outside every lock of the registry, from within the Admit that found them. Until it is set, they come back at
-// their told time. The manager wakes them through its waiting room (waitroom.Room.WakeNow).
-func (r *Registry) WakesEarly(wake func(keys []string)) {
+// WakesEarly sets how the registry wakes retries waiting for a destination's retry budget sooner than the time
+// Admit told them: wake is called, outside every lock of the registry and from within an Admit of the destination,
+// with the waiters whose budget came early (At: that Admit's now; a first attempt raised the budget, or the
+// budget was removed) and with the next waiters whose time the queue's progress brought forward (At: their new
+// time). Until it is set, they come back at their told time. The manager moves them in its waiting room
+// (waitroom.Room.Sooner).
+func (r *Registry) WakesEarly(wake func([]Wake)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.wakeEarly = wake
@@ -317,6 +351,7 @@ func (d *destination) forget(key string) {
 	if b := d.budgetQ.get(key); b != nil {
 		d.budgetQ.remove(b)
 	}
+	delete(d.late, key)
 }
 
 // ForgetKey drops the reservations of key on every destination: the key left this manager (its object was
@@ -446,7 +481,7 @@ func (d *destination) idle(now time.Time, ttl time.Duration) bool {
 	now = d.clamp(now)
 	d.queue.expire(now)
 	d.queue.sweep()
-	d.budgetQ.expire(now)
+	d.expireBudget(now)
 	d.budgetQ.sweep()
 	if d.queue.len() > 0 || d.budgetQ.len() > 0 || now.Before(d.pausedUntil) || now.Sub(d.lastActive) < ttl {
 		return false
@@ -490,11 +525,11 @@ func (d *destination) admit(l Limits, ns, key string, first bool, now time.Time,
 		d.setLimits(l, now)
 	}
 	d.queue.expire(now)
-	d.budgetQ.expire(now)
+	d.expireBudget(now)
 	d.budget.prune(now, d.limits.Window)
 	e := d.queue.get(key)
 	b := d.budgetPlace(ns, key, first, now)
-	hold := func(wait time.Duration) { d.holdPlace(b, now, wait, grace) }
+	hold := func(wait time.Duration) { d.holdPlace(b, now, wait) }
 	admitted := func() { d.admitted(b, first, now) }
 
 	if now.Before(d.pausedUntil) {
@@ -562,42 +597,105 @@ func (d *destination) pauseWait(e *entry, ns, key string, now time.Time, grace t
 func (d *destination) budgetPlace(ns, key string, first bool, now time.Time) *entry {
 	b := d.budgetQ.get(key)
 	switch {
-	case !first && d.limits.Budget && b == nil:
-		return d.budgetQ.push(ns, key, now)
-	case !first && d.limits.Budget:
+	case !first && d.limits.Budget && b != nil:
 		return b
+	case !first && d.limits.Budget && d.late[key] != nil: // back after its grace: its place again
+		b = d.late[key]
+		delete(d.late, key)
+		d.budgetQ.reinsert(b, now)
+		return b
+	case !first && d.limits.Budget:
+		return d.budgetQ.push(ns, key, now)
 	case b != nil:
 		d.budgetQ.remove(b)
 	}
+	delete(d.late, key)
 	return nil
 }
 
-// holdPlace keeps the budget place b (nil: none) of a key told to come back after wait from now, until the
-// grace after that. Locked.
-func (d *destination) holdPlace(b *entry, now time.Time, wait, grace time.Duration) {
-	if b != nil {
-		b.told = now.Add(wait)
-		d.budgetQ.setExpires(b, now.Add(addSat(wait, grace)))
+// expireBudget moves the budget places whose key did not ask again within the grace after its time to late, and
+// drops the late places older than lateKeep (at most once a second). Locked.
+func (d *destination) expireBudget(now time.Time) {
+	for len(d.budgetQ.exp) > 0 && d.budgetQ.exp[0].expires.Before(now) {
+		e := d.budgetQ.exp[0]
+		d.budgetQ.remove(e)
+		e.expires = now.Add(lateKeep)
+		d.late[e.key] = e
+	}
+	if len(d.late) == 0 || now.Before(d.lateSweep) {
+		return
+	}
+	d.lateSweep = now.Add(time.Second)
+	for k, e := range d.late {
+		if e.expires.Before(now) {
+			delete(d.late, k)
+		}
 	}
 }
 
-// early returns the retries waiting for the budget that it fits at now but that were told a later time: the
-// first waiters in the fair order, as many as fit, that are not already due. Their capacity came before the
-// time they were told, which assumed no new first attempts (each first attempt raises the budget by
-// RetryPercent of one), so the caller wakes them now (Registry.WakesEarly). Each is returned once: its told time
-// becomes now, while its place is kept until its old time and the grace, so a wake that is lost or late costs
-// it nothing. None while the destination is paused. Locked, b pruned at now.
-func (d *destination) early(now time.Time) []string {
-	if d.budgetQ.len() == 0 || !d.limits.Budget || now.Before(d.pausedUntil) {
+// holdPlace keeps the budget place b (nil: none) of a key told to come back after wait from now, counted ahead of
+// the others until budgetGrace after that. Locked.
+func (d *destination) holdPlace(b *entry, now time.Time, wait time.Duration) {
+	if b != nil {
+		b.told = now.Add(wait)
+		d.budgetQ.setExpires(b, now.Add(addSat(wait, budgetGrace)))
+	}
+}
+
+// wakeups returns the retries waiting for the budget to wake sooner than they were told, in the fair order
+// (Registry.WakesEarly), at most wakeMax + retimed of them, each time its told time moves:
+//
+//   - the first waiters, as many as the budget fits now, that were told a later time: their budget came early,
+//     because first attempts raised it (each one by RetryPercent of one retry) and told times assume none.
+//     They are woken now, and their places are kept for the grace from now;
+//   - the next retimed waiters, whose times are replayed (retryBudget.fitTimes) from the budget now: the queue
+//     ahead of them moved since they were told (waiters woken early, or gone), so their budget may come sooner
+//     than told. Each told time only moves earlier.
+//
+// A waiter that also holds a token reservation waits for the rate limit, which tells its own time, and is left
+// as it is. None while the destination is paused. When the budget was removed, every waiter is woken now and
+// the queue is emptied. Locked, the budget pruned at now.
+func (d *destination) wakeups(now time.Time) []Wake {
+	if d.budgetQ.len() == 0 && len(d.late) == 0 {
 		return nil
 	}
-	var out []string
-	for _, b := range d.budgetQ.first(fits(d.limits, d.budget.firsts.total, d.budget.retries.total)) {
-		// A waiter that also holds a token reservation waits for the rate limit, which tells its own time.
-		if b.told.After(now) && d.queue.get(b.key) == nil {
-			b.told = now
-			out = append(out, b.key)
+	if !d.limits.Budget {
+		var out []Wake
+		for _, b := range d.budgetQ.first(d.budgetQ.len()) {
+			out = append(out, Wake{Key: b.key, At: now})
+			d.budgetQ.remove(b)
 		}
+		clear(d.late)
+		return out
+	}
+	if now.Before(d.pausedUntil) {
+		return nil
+	}
+	fit := fits(d.limits, d.budget.firsts.total, d.budget.retries.total)
+	state := [2]uint64{d.budgetQ.ver, uint64(fit)} //nolint:gosec // fit >= 0
+	if state == d.woke {
+		return nil
+	}
+	d.woke = state
+	fit = min(fit, wakeMax)
+	var out []Wake
+	var times []time.Time
+	for i, b := range d.budgetQ.first(fit + retimed) {
+		if !b.told.After(now) || d.queue.get(b.key) != nil {
+			continue // due, or waiting for a token
+		}
+		at := now
+		if i >= fit {
+			if times == nil {
+				times = d.budget.fitTimes(now, d.limits, fit, fit+retimed)
+			}
+			if at = times[i-fit]; !at.Before(b.told) {
+				continue
+			}
+		}
+		b.told = at
+		d.budgetQ.setExpires(b, at.Add(budgetGrace))
+		out = append(out, Wake{Key: b.key, At: at})
 	}
 	return out
 }

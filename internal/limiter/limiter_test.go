@@ -742,7 +742,13 @@ func TestWithRetryBudgetDefaults(t *testing.T) {
 func TestFirstAttemptsWakeBudgetWaitersEarly(t *testing.T) {
 	r := NewRegistry()
 	var woken [][]string
-	r.WakesEarly(func(keys []string) { woken = append(woken, keys) })
+	r.WakesEarly(func(ws []Wake) {
+		var keys []string
+		for _, w := range ws {
+			keys = append(keys, w.Key)
+		}
+		woken = append(woken, keys)
+	})
 	pct, floor := int32(20), int32(0)
 	l := Limits{}.WithRetryBudget(&pct, &floor, 10*time.Second)
 	for i := range 10 {
@@ -861,5 +867,97 @@ func checkBudget(t *testing.T, adm []admission, l Limits) {
 		if float64(retries) > allowance(l, firsts)+budgetEpsilon {
 			t.Fatalf("at %v: %d retries in the window, the budget of %d first attempts allows %.1f", a.at.Sub(t0), retries, firsts, allowance(l, firsts))
 		}
+	}
+}
+
+// The budget is never left unused while retries wait for it. When a stream of first attempts stops, the times
+// told to the retries deep in the queue (which assumed the retries ahead would take the budget later than they
+// did, woken early by those first attempts) are brought forward as the queue moves (WakesEarly with a time):
+// every 10 s window admits at least the floor's 10 retries until the queue is empty. 10 first attempts a second
+// for 30 s, 150 retries asking at 5 s, a 20 % budget with a floor of 1 retry/s over 10 s.
+func TestBudgetWaitersAfterFirstAttemptsStop(t *testing.T) {
+	pct, floor := int32(20), int32(1)
+	l := Limits{}.WithRetryBudget(&pct, &floor, 10*time.Second)
+	s := newSimulation(NewRegistry(), map[string]Limits{destA: l})
+	s.early = true
+	var evs []event
+	for i := range 300 {
+		evs = append(evs, event{at: sec(float64(i) / 10), dest: destA, ns: "f", key: fmt.Sprintf("f/%d", i), first: true})
+	}
+	for i := range 150 {
+		evs = append(evs, event{at: sec(5), dest: destA, ns: "a", key: fmt.Sprintf("a/r%d", i)})
+	}
+	s.run(t, evs)
+	checkBudget(t, s.of(destA), l)
+	per := map[int]int{}
+	last := 0
+	for _, a := range s.of(destA) {
+		if !a.first {
+			w := int(a.at.Sub(sec(5)) / (10 * time.Second))
+			per[w]++
+			last = max(last, w)
+		}
+	}
+	for w := range last { // the last window is the queue's tail
+		if per[w] < 10 {
+			t.Errorf("window %d (from %ds): %d retries admitted while retries waited, want at least the floor's 10 (per window: %v)",
+				w, 5+10*w, per[w], per)
+		}
+	}
+}
+
+// A destination whose retry budget is removed hands every retry waiting for it to the wake function at once:
+// nothing holds them any more.
+func TestRemovedBudgetWakesItsWaiters(t *testing.T) {
+	r, l := spentBudget(t)
+	var woken []string
+	r.WakesEarly(func(ws []Wake) {
+		for _, w := range ws {
+			if !w.At.Equal(sec(1)) {
+				t.Errorf("%s woken for %v, want now (1 s)", w.Key, w.At.Sub(t0))
+			}
+			woken = append(woken, w.Key)
+		}
+	})
+	for _, k := range []string{"a/x", "a/y", "b/z"} {
+		ns, _, _ := strings.Cut(k, "/")
+		if ok, _, why := r.Admit(destA, l, ns, k, false, sec(0.6)); ok || why != ReasonRetryBudgetExhausted {
+			t.Fatalf("%s admitted with the budget spent", k)
+		}
+	}
+	l.Budget = false
+	r.Admit(destA, l, "c", "c/first", true, sec(1))
+	slices.Sort(woken)
+	if want := []string{"a/x", "a/y", "b/z"}; !slices.Equal(woken, want) {
+		t.Errorf("woken %v, want %v", woken, want)
+	}
+	if st, _ := r.Stats(destA, sec(1)); st.BudgetWaiting != 0 {
+		t.Errorf("%d retries still wait for a removed budget", st.BudgetWaiting)
+	}
+}
+
+// Waiters slower than the grace (a busy workqueue: every wake runs 3 s after its time) neither hold the budget
+// for the others nor lose their place: 20 retries behind 2 per 2 s are all admitted about when the budget allows
+// them (18 s when on time), each refused about once. Dropping a late waiter's place put it at the back with a
+// later time each round, where the budget waited for retries not yet there.
+func TestLateBudgetWaitersKeepTheirPlace(t *testing.T) {
+	l := Limits{Budget: true, RetryPercent: 0, MinRetriesPerSecond: 1, Window: 2 * time.Second}
+	s := newSimulation(NewRegistry(), map[string]Limits{destA: l})
+	s.early = true
+	s.late = func(string) time.Duration { return 3 * time.Second }
+	s.maxEvents = 20_000
+	var evs []event
+	for i := range 20 {
+		evs = append(evs, event{at: sec(0.6), dest: destA, ns: "a", key: fmt.Sprintf("a/r%d", i)})
+	}
+	s.run(t, evs)
+	checkBudget(t, s.of(destA), l)
+	var last time.Time
+	for _, a := range s.of(destA) {
+		last = a.at
+	}
+	if len(s.of(destA)) != 20 || last.After(sec(25)) || len(s.refused) > 40 {
+		t.Errorf("%d of 20 admitted, the last at %v, %d refusals; want all by 25 s, at most two refusals each",
+			len(s.of(destA)), last.Sub(t0), len(s.refused))
 	}
 }

@@ -19,7 +19,7 @@ type entry struct {
 	// the time the key was told to come back plus the grace period.
 	expires time.Time
 	// told is when the key was told to come back (the retry budget's queue: a key told a later time than its
-	// capacity comes is woken early, see destination.early).
+	// capacity comes is woken early, see destination.wakeups).
 	told time.Time
 	// hidx is the index of the entry in the expiry heap.
 	hidx int
@@ -51,6 +51,8 @@ type fairQueue struct {
 	// vt is the virtual clock: the largest tag admitted so far.
 	vt  int64
 	seq int64
+	// ver counts the changes of who waits (push, remove, reinsert).
+	ver uint64
 }
 
 func newFairQueue() fairQueue {
@@ -75,6 +77,7 @@ func (q *fairQueue) push(ns, key string, expires time.Time) *entry {
 		tag = max(tag, nq.entries[n-1].tag+1)
 	}
 	q.seq++
+	q.ver++
 	e := &entry{key: key, ns: ns, tag: tag, seq: q.seq, expires: expires}
 	nq.entries = append(nq.entries, e)
 	q.byKey[key] = e
@@ -92,27 +95,69 @@ func (q *fairQueue) position(e *entry) int {
 	return p
 }
 
-// first returns the first n waiting keys in service order (all of them when fewer wait): the head of each
-// namespace's queue in turn, the smallest (tag, arrival) first. O(n × namespaces).
+// first returns the first n waiting keys in service order (all of them when fewer wait): a merge of the
+// namespaces' queues by (tag, arrival). O(namespaces + n log namespaces).
 func (q *fairQueue) first(n int) []*entry {
 	n = min(n, len(q.byKey))
 	if n <= 0 {
 		return nil
 	}
-	next := make(map[*nsQueue]int, len(q.byNS))
-	out := make([]*entry, 0, n)
-	for len(out) < n {
-		var best *entry
-		var from *nsQueue
-		for _, nq := range q.byNS {
-			if i := next[nq]; i < len(nq.entries) && (best == nil || serviceOrder(nq.entries[i], best) < 0) {
-				best, from = nq.entries[i], nq
-			}
+	h := make(headHeap, 0, len(q.byNS))
+	for _, nq := range q.byNS {
+		if len(nq.entries) > 0 {
+			h = append(h, head{nq: nq})
 		}
-		next[from]++
-		out = append(out, best)
+	}
+	heap.Init(&h)
+	out := make([]*entry, 0, n)
+	for len(out) < n && len(h) > 0 {
+		top := &h[0]
+		out = append(out, top.nq.entries[top.i])
+		if top.i++; top.i < len(top.nq.entries) {
+			heap.Fix(&h, 0)
+		} else {
+			heap.Pop(&h)
+		}
 	}
 	return out
+}
+
+// head is the next entry (index i) of one namespace's queue in a merge.
+type head struct {
+	nq *nsQueue
+	i  int
+}
+
+// headHeap orders namespace heads by service order (container/heap).
+type headHeap []head
+
+func (h headHeap) Len() int { return len(h) }
+func (h headHeap) Less(i, j int) bool {
+	return serviceOrder(h[i].nq.entries[h[i].i], h[j].nq.entries[h[j].i]) < 0
+}
+func (h headHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *headHeap) Push(x any)   { *h = append(*h, x.(head)) }
+func (h *headHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// reinsert puts back e, a reservation taken out earlier (remove) whose key asks again, at its old place: its tag
+// and arrival keep it where it was in the service order, expiring at expires.
+func (q *fairQueue) reinsert(e *entry, expires time.Time) {
+	nq := q.byNS[e.ns]
+	if nq == nil {
+		nq = &nsQueue{}
+		q.byNS[e.ns] = nq
+	}
+	i, _ := slices.BinarySearchFunc(nq.entries, e, serviceOrder)
+	nq.entries = slices.Insert(nq.entries, i, e)
+	q.byKey[e.key] = e
+	q.ver++
+	e.expires = expires
+	heap.Push(&q.exp, e)
 }
 
 // remove drops the reservation e.
@@ -121,6 +166,7 @@ func (q *fairQueue) remove(e *entry) {
 		return
 	}
 	delete(q.byKey, e.key)
+	q.ver++
 	heap.Remove(&q.exp, e.hidx)
 	nq := q.byNS[e.ns]
 	if i, found := slices.BinarySearchFunc(nq.entries, e, serviceOrder); found {

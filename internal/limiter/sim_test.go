@@ -100,18 +100,24 @@ func (s *simulation) run(t *testing.T, events []event) {
 	parked := map[string]event{} // by dest|key: the event that ends a key's current wait
 	var cur event
 	if s.early {
-		s.r.WakesEarly(func(keys []string) {
-			for _, k := range keys {
-				id := cur.dest + "|" + k
+		s.r.WakesEarly(func(ws []Wake) {
+			for _, wk := range ws {
+				id := cur.dest + "|" + wk.Key
 				w, ok := parked[id]
 				if !ok {
-					t.Fatalf("%s woken early but not waiting", k)
+					t.Fatalf("%s woken early but not waiting", wk.Key)
 				}
-				delete(parked, id)
+				if !wk.At.Before(w.at) && s.late == nil {
+					t.Fatalf("%s woken for %v, not before its time %v", wk.Key, wk.At.Sub(t0), w.at.Sub(t0))
+				}
 				gen[id]++
 				seq++
-				w.at, w.seq, w.gen = cur.at, seq, gen[id]
+				w.at, w.seq, w.gen = wk.At, seq, gen[id]
+				if s.late != nil {
+					w.at = w.at.Add(s.late(wk.Key))
+				}
 				heap.Push(h, w)
+				parked[id] = w
 			}
 		})
 		defer s.r.WakesEarly(nil)

@@ -61,12 +61,12 @@ type Hold struct {
 
 // Near passes this shard's share of dest's limits and room for key at dest in the dispatcher, at now; rand is the
 // decision environment's jitter source ([0, 1)). nil: passed, and key has left the waiting room. A key the room
-// holds until a time after now (a token, the retry budget, a pause's end, the shard's share) waits there first,
-// with no reason (nothing to write) and nothing asked: the room wakes it then, or sooner (Room.WakeNow), and a
+// holds at dest until a time after now (a token, the retry budget, a pause's end, the shard's share) waits first,
+// with no reason (nothing to write) and nothing asked: the room wakes it then, or sooner (Room.Sooner), and a
 // look before that (the reconcile of its own status write, a resync) would ask the limiter again only to be
 // refused again.
 func (p *Passage) Near(dest *destination.Resolved, key types.NamespacedName, now time.Time, rand func() float64) *Hold {
-	if until, ok := p.Room.Until(key); ok && until.After(now) {
+	if at, until, ok := p.Room.ParkedUntil(key); ok && at == dest.ID && until.After(now) {
 		return &Hold{Until: until, After: safetyNet(until, now, rand)}
 	}
 	if after, ok := p.Resolver.TakeShare(dest, now); !ok {

@@ -14,7 +14,7 @@ import (
 // A request the waiting room holds until a later time waits there: Near holds it with no reason (nothing to
 // write) until that time, without asking for room (nor the limiter: Far is not reached), so a look before its
 // wake (the reconcile of its own status write) costs nothing and is not counted; once the room wakes it, early
-// (WakeNow) or at its time, Near passes again.
+// (Sooner) or at its time, Near passes again; a wait at another destination does not hold it.
 func TestNearWaitsOutTheRoomsTime(t *testing.T) {
 	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(t0)
@@ -34,13 +34,19 @@ func TestNearWaitsOutTheRoomsTime(t *testing.T) {
 	if h == nil || h.Reason != "" || !h.Until.Equal(until) || h.After < 9*time.Second || asked != 0 {
 		t.Fatalf("Near before the room's time: %+v (asked for room %d times), want a hold without reason until %v", h, asked, until)
 	}
-	room.WakeNow(key)
+	room.Sooner(key, t0) // first attempts made room for it
+	clk.Step(0)
 	room.Settle()
 	if len(woken) != 1 || woken[0] != key {
 		t.Fatalf("woken %v, want [%v]", woken, key)
 	}
 	if h := p.Near(dest, key, t0.Add(time.Second), func() float64 { return 0.5 }); h != nil || asked != 1 {
 		t.Fatalf("Near once woken: %+v (asked for room %d times), want passed after one ask", h, asked)
+	}
+	// A wait at another destination (a dead-letter sink after the action ended) does not hold it here.
+	room.ParkUntil("ClusterDestination/sink", key, until)
+	if h := p.Near(dest, key, t0.Add(time.Second), func() float64 { return 0.5 }); h != nil {
+		t.Fatalf("Near while parked at another destination: %+v, want passed", h)
 	}
 	// At its time the room's own wake lets it through as well.
 	room.ParkUntil(dest.ID, key, until)

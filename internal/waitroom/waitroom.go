@@ -42,9 +42,9 @@ type Room struct {
 	at map[types.NamespacedName]place
 	// since is when each key began to wait (Since), kept across wakes until it Leaves.
 	since map[types.NamespacedName]time.Time
-	// woken holds the keys woken early (WakeNow) before they were parked: the limiter may hand a key over between
-	// its refusal and its ParkUntil, which then wakes it at once.
-	woken map[types.NamespacedName]struct{}
+	// sooner holds, for keys not parked, a time to wake them at (Sooner) if their next ParkUntil asks for a later
+	// one: the limiter may hand a key over between its refusal and its ParkUntil.
+	sooner map[types.NamespacedName]time.Time
 	// count is how many keys wait at each destination, for a slot ([0]) and for a time ([1]):
 	// actionledger_waiting_requests.
 	count map[string]*[2]int
@@ -103,7 +103,7 @@ type queue struct {
 // New returns an empty Room. Keys parked for a time are woken only once Wakes has given it a way to wake them.
 func New() *Room {
 	return &Room{dests: map[string]*queue{}, at: map[types.NamespacedName]place{}, since: map[types.NamespacedName]time.Time{},
-		woken: map[types.NamespacedName]struct{}{}, count: map[string]*[2]int{}}
+		sooner: map[types.NamespacedName]time.Time{}, count: map[string]*[2]int{}}
 }
 
 // Wakes sets how the room wakes a key whose time came (the manager's dispatcher puts it on the controller's
@@ -139,7 +139,7 @@ func (r *Room) Since(key types.NamespacedName, now time.Time) time.Duration {
 func (r *Room) Park(dest string, key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.woken, key)
+	delete(r.sooner, key)
 	if p, ok := r.at[key]; ok {
 		if p.dest == dest && p.elem != nil {
 			return
@@ -186,14 +186,16 @@ func (r *Room) countLocked(dest string, kind, n int) {
 
 // ParkUntil puts key in dest's waiting room until until (a rate-limit token, the retry budget, a pause or this
 // shard's share comes then): the room wakes it at that time (Wakes). A key already waiting for the same time at
-// dest is left as it is; one waiting elsewhere, or for a slot, moves. A key woken early (WakeNow) on its way here
-// is woken at once.
+// dest is left as it is; one waiting elsewhere, or for a slot, moves. A key given an earlier time (Sooner) on its
+// way here waits until that time instead.
 func (r *Room) ParkUntil(dest string, key types.NamespacedName, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.woken[key]; ok {
-		delete(r.woken, key)
-		until = time.Time{} // due now: the timer fires at once
+	if t, ok := r.sooner[key]; ok {
+		delete(r.sooner, key)
+		if t.Before(until) {
+			until = t
+		}
 	}
 	if p, ok := r.at[key]; ok {
 		if p.dest == dest && p.elem == nil && p.until.Equal(until) {
@@ -271,7 +273,7 @@ func (r *Room) Leave(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.since, key)
-	delete(r.woken, key)
+	delete(r.sooner, key)
 	if p, ok := r.at[key]; ok {
 		r.leaveLocked(key, p)
 		if p.elem == nil {
@@ -326,33 +328,33 @@ func (r *Room) Wake(dest string, n int) []types.NamespacedName {
 	return out
 }
 
-// WakeNow wakes key at once if it waits for a time (its capacity came before the time it was given: a first
-// attempt raised a retry budget, limiter.Registry.WakesEarly), through the room's wake (Wakes). A key not parked
-// is marked, so that its next ParkUntil wakes it at once (it was handed over between its refusal and its
-// parking); Park and Leave clear the mark. A key waiting for a slot is left where it is, and so is every key
-// before Wakes is called.
-func (r *Room) WakeNow(key types.NamespacedName) {
+// Sooner moves key's wait for a time to at, when at is earlier than the time it waits for (its capacity comes
+// sooner than it was told: first attempts raised a retry budget, or the retries ahead of it went sooner;
+// limiter.Registry.WakesEarly); at not after now wakes it at once, through the room's timer and wake (Wakes). A
+// key not parked gets at for its next ParkUntil (it was handed over between its refusal and its parking); Park
+// and Leave forget it. A key waiting for a slot is left where it is, and so is every key before Wakes is called.
+func (r *Room) Sooner(key types.NamespacedName, at time.Time) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.wake == nil { // nothing can wake it: its own requeue will
+		return
+	}
 	p, ok := r.at[key]
 	switch {
-	case r.wake == nil: // nothing can wake it: its own requeue will
-		r.mu.Unlock()
-		return
 	case !ok:
-		r.woken[key] = struct{}{}
-		r.mu.Unlock()
+		if t, marked := r.sooner[key]; !marked || at.Before(t) {
+			r.sooner[key] = at
+		}
 		return
-	case p.elem != nil:
-		r.mu.Unlock()
+	case p.elem != nil || !at.Before(p.until):
 		return
 	}
 	r.leaveLocked(key, p)
+	r.seq++
+	r.at[key] = place{dest: p.dest, until: at, seq: r.seq}
+	heap.Push(&r.timed, timed{until: at, key: key, seq: r.seq})
+	r.countLocked(p.dest, 1, 1)
 	r.armLocked()
-	wake := r.wake
-	r.mu.Unlock()
-	if wake != nil {
-		wake(key)
-	}
 }
 
 // Settle waits for the wakes already on their way (the timer fired, its wakes not yet all made): a test's clock
@@ -361,13 +363,19 @@ func (r *Room) Settle() { r.firing.Wait() }
 
 // Until returns the time key waits for, if it waits for one (ParkUntil).
 func (r *Room) Until(key types.NamespacedName) (time.Time, bool) {
+	_, until, ok := r.ParkedUntil(key)
+	return until, ok
+}
+
+// ParkedUntil returns the destination and the time key waits for there, if it waits for one (ParkUntil).
+func (r *Room) ParkedUntil(key types.NamespacedName) (dest string, until time.Time, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.at[key]
 	if !ok || p.elem != nil {
-		return time.Time{}, false
+		return "", time.Time{}, false
 	}
-	return p.until, true
+	return p.dest, p.until, true
 }
 
 // Later returns t, or the time key is parked until (ParkUntil) when that is later: a look at key before the room

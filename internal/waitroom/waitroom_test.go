@@ -226,52 +226,51 @@ func TestLaterIsTheParkedTimeWhenLater(t *testing.T) {
 	r.Leave(key)
 }
 
-// WakeNow wakes a key waiting for a time at once and only once (its old time then wakes nothing); a key not yet
-// parked is woken by its next ParkUntil at once, unless it left or parked for a slot first; a key waiting for a
-// slot stays there.
-func TestWakeNowWakesATimedWaiterAtOnce(t *testing.T) {
+// Sooner moves a key waiting for a time to an earlier time, and only to an earlier one: at once when that time is
+// not after now, and its old time then wakes nothing. A key not yet parked is woken at the earlier time by its
+// next ParkUntil, unless it left or parked for a slot first; a key waiting for a slot stays there.
+func TestSoonerMovesATimedWaitEarlier(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(t0)
 	r, w := New(), &woken{}
 	r.Wakes(clk, w.wake)
 	r.ParkUntil("D/a", k("a", 0), t0.Add(10*time.Second))
 	r.ParkUntil("D/a", k("a", 1), t0.Add(10*time.Second))
-	r.WakeNow(k("a", 0))
-	r.Settle()
-	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("a", 0)}) {
-		t.Fatalf("WakeNow: woken %s, want [a0]", got)
-	}
-	if _, ok := r.Until(k("a", 0)); ok {
-		t.Error("a0 still parked after its wake")
-	}
-	// Handed over before it parked: its ParkUntil wakes it at once.
-	r.WakeNow(k("b", 0))
-	r.ParkUntil("D/a", k("b", 0), t0.Add(10*time.Second))
+	r.ParkUntil("D/a", k("a", 2), t0.Add(10*time.Second))
+	r.Sooner(k("a", 0), t0)                     // now
+	r.Sooner(k("a", 1), t0.Add(3*time.Second))  // earlier
+	r.Sooner(k("a", 2), t0.Add(30*time.Second)) // later: stays at 10 s
 	step(r, clk, 0)
-	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("b", 0)}) {
-		t.Fatalf("WakeNow before ParkUntil: woken %s, want [b0]", got)
+	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("a", 0)}) {
+		t.Fatalf("Sooner to now: woken %s, want [a0]", got)
 	}
-	// The mark is used once, and Leave or Park clear it.
+	if until, ok := r.Until(k("a", 1)); !ok || !until.Equal(t0.Add(3*time.Second)) {
+		t.Errorf("a1 waits until %v (%v), want 3 s", until, ok)
+	}
+	// Handed over before it parked: its ParkUntil takes the earlier time.
+	r.Sooner(k("b", 0), t0.Add(2*time.Second))
 	r.ParkUntil("D/a", k("b", 0), t0.Add(10*time.Second))
-	r.WakeNow(k("c", 0))
+	// The time is used once, and Leave or Park forget it.
+	r.ParkUntil("D/a", k("b", 0), t0.Add(10*time.Second)) // parked again for 10 s: the 2 s was used
+	r.Sooner(k("c", 0), t0)
 	r.Leave(k("c", 0))
 	r.ParkUntil("D/a", k("c", 0), t0.Add(10*time.Second))
-	r.WakeNow(k("d", 0))
+	r.Sooner(k("d", 0), t0)
 	r.Park("D/a", k("d", 0))
-	r.WakeNow(k("d", 0)) // waits for a slot: stays
-	step(r, clk, time.Second)
-	if got := w.take(); got != "[]" {
-		t.Fatalf("marks used twice or kept after Leave/Park: woken %s", got)
+	r.Sooner(k("d", 0), t0) // waits for a slot: stays
+	step(r, clk, 3*time.Second)
+	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("a", 1)}) {
+		t.Fatalf("at 3 s: woken %s, want [a1] (b0 parked again for 10 s, c0's mark gone, d0 for a slot)", got)
 	}
 	if r.Waiting("D/a") != 1 {
 		t.Errorf("%d slot waiters, want d0", r.Waiting("D/a"))
 	}
 	// At the old time only the keys still parked for it are woken (in any order: they share the time).
-	step(r, clk, 9*time.Second)
+	step(r, clk, 7*time.Second)
 	w.mu.Lock()
 	slices.SortFunc(w.keys, func(x, y types.NamespacedName) int { return strings.Compare(x.String(), y.String()) })
 	w.mu.Unlock()
-	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("a", 1), k("b", 0), k("c", 0)}) {
-		t.Fatalf("at 10s: woken %s, want a1, b0, c0", got)
+	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("a", 2), k("b", 0), k("c", 0)}) {
+		t.Fatalf("at 10 s: woken %s, want a2, b0, c0", got)
 	}
 }
