@@ -492,7 +492,7 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Limiter.WakesEarly(func(ws []limiter.Wake) {
 			for _, w := range ws {
 				ns, name, _ := strings.Cut(w.Key, "/")
-				room.Sooner(types.NamespacedName{Namespace: ns, Name: name}, w.At)
+				room.Sooner(types.NamespacedName{Namespace: ns, Name: name}, w.Dest, w.At)
 			}
 		})
 	}

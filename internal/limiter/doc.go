@@ -19,9 +19,10 @@
 //     times assume no new first attempts; a first attempt raises the budget, and
 //     the waiters it then fits are handed to a wake function at once, and the
 //     next waiters' times are brought forward as the queue moves
-//     (Registry.WakesEarly): capacity wakes as many as it fits. A waiter's claim
-//     on the budget lasts a second past its time; one that comes later keeps its
-//     place but not the budget meanwhile, which goes to whoever asks.
+//     (Registry.WakesEarly): capacity wakes as many as it fits. The budget is not
+//     held for a waiter whose time has come (the first woken to ask takes it); a
+//     waiter more than a second late keeps its place for 30 s, and the next ones
+//     are woken.
 //
 // Nothing blocks: the reconciler asks with Admit and either sends now or
 // requeues after the returned wait. A key that has to wait gets a reservation,

@@ -211,19 +211,19 @@ type destination struct {
 	// Each is dropped lateKeep after it went late.
 	late      map[string]*entry
 	lateSweep time.Time
-	// woke is the state of the last wakeups that found something to do (budgetQ's version, the retries that
-	// fit): the same state gives the same answer, so it is not worked out again.
-	woke [2]uint64
+	// woke is the state of the last wakeups (budgetQ's version, the first attempts and retries in the window):
+	// the same state gives the same answer, so it is not worked out again.
+	woke [3]uint64
 }
 
 // lateKeep is how long a late budget place is kept for its key (30 s).
 const lateKeep = 30 * time.Second
 
-// budgetGrace is how long after its time a retry waiting for the budget is counted ahead of the others: the
-// budget that fits it is held for it that long and then goes to whoever asks (it keeps its place: late). Short,
-// because a wake's latency varies (a busy workqueue) and budget held for a retry that has not come yet is budget
-// no one uses; the place, which decides who is woken next, is kept longer (lateKeep).
-var budgetGrace = time.Second
+// budgetGrace is how long after its time a retry waiting for the budget keeps its turn in the wake order: the
+// waiters behind it are not woken for the budget that fits it until then. Then it is late: it keeps its place
+// (lateKeep) but the next waiters are woken. A retry whose time has come never holds the budget from the ones that
+// ask (destination.budgetTurn).
+const budgetGrace = time.Second
 
 // Waking bounds, per Admit of a destination with retries waiting for its budget: at most wakeMax waiters are
 // woken early, and the told times of the retimed next sleeping waiters are brought forward.
@@ -233,10 +233,11 @@ const (
 )
 
 // Wake is a retry waiting for a destination's retry budget that the registry hands to its wake function
-// (Registry.WakesEarly): Key (ns/name) may ask again at At, which is earlier than the time it was told.
+// (Registry.WakesEarly): Key (ns/name) may ask Dest again at At, which is earlier than the time it was told.
 type Wake struct {
-	Key string
-	At  time.Time
+	Dest string
+	Key  string
+	At   time.Time
 }
 
 func newDestination() *destination {
@@ -293,7 +294,7 @@ func (r *Registry) Admit(dest string, l Limits, ns, key string, first bool, now 
 	d := r.lookup(dest, true)
 	clamped := d.clamp(now)
 	ok, wait, reason = d.admit(l, ns, key, first, clamped, r.grace)
-	early := d.wakeups(clamped)
+	early := d.wakeups(dest, clamped)
 	d.mu.Unlock()
 	if !ok {
 		// The wait is counted from the caller's now.
@@ -539,8 +540,7 @@ func (d *destination) admit(l Limits, ns, key string, first bool, now time.Time,
 	}
 
 	if b != nil {
-		// The retries ahead of this one take the budget first: it fits when it and all of them do.
-		if ok, wait := d.budget.allow(now, d.limits, d.budgetQ.position(b)+1); !ok {
+		if wait, ok := d.budgetTurn(b, now); !ok {
 			if e != nil {
 				d.queue.remove(e)
 			}
@@ -633,8 +633,34 @@ func (d *destination) expireBudget(now time.Time) {
 	}
 }
 
-// holdPlace keeps the budget place b (nil: none) of a key told to come back after wait from now, counted ahead of
-// the others until budgetGrace after that. Locked.
+// budgetTurn reports whether the retry of budget place b fits the budget at now. The retries ahead of it that
+// wait for a later time (told, not yet due) take the budget first: it fits when it and all of those do. Those
+// ahead whose time has come but that have not asked yet (woken, on their way) do not hold it: the budget goes to
+// whoever of them asks first, and a late one asks again from its place. If it does not fit, wait is when it and
+// every retry ahead will (retryBudget.allow). Locked, the budget pruned at now.
+func (d *destination) budgetTurn(b *entry, now time.Time) (wait time.Duration, ok bool) {
+	fit := fits(d.limits, d.budget.firsts.total, d.budget.retries.total)
+	ahead := 0
+	if fit > 0 {
+		d.budgetQ.each(func(e *entry) bool {
+			if e == b {
+				return false
+			}
+			if e.told.After(now) {
+				ahead++
+			}
+			return ahead < fit
+		})
+	}
+	if ahead < fit {
+		return 0, true
+	}
+	_, wait = d.budget.allow(now, d.limits, d.budgetQ.position(b)+1)
+	return wait, false
+}
+
+// holdPlace keeps the budget place b (nil: none) of a key told to come back after wait from now, in the wake
+// order until budgetGrace after that (then late). Locked.
 func (d *destination) holdPlace(b *entry, now time.Time, wait time.Duration) {
 	if b != nil {
 		b.told = now.Add(wait)
@@ -655,14 +681,14 @@ func (d *destination) holdPlace(b *entry, now time.Time, wait time.Duration) {
 // A waiter that also holds a token reservation waits for the rate limit, which tells its own time, and is left
 // as it is. None while the destination is paused. When the budget was removed, every waiter is woken now and
 // the queue is emptied. Locked, the budget pruned at now.
-func (d *destination) wakeups(now time.Time) []Wake {
+func (d *destination) wakeups(dest string, now time.Time) []Wake {
 	if d.budgetQ.len() == 0 && len(d.late) == 0 {
 		return nil
 	}
 	if !d.limits.Budget {
 		var out []Wake
 		for _, b := range d.budgetQ.first(d.budgetQ.len()) {
-			out = append(out, Wake{Key: b.key, At: now})
+			out = append(out, Wake{Dest: dest, Key: b.key, At: now})
 			d.budgetQ.remove(b)
 		}
 		clear(d.late)
@@ -672,7 +698,7 @@ func (d *destination) wakeups(now time.Time) []Wake {
 		return nil
 	}
 	fit := fits(d.limits, d.budget.firsts.total, d.budget.retries.total)
-	state := [2]uint64{d.budgetQ.ver, uint64(fit)} //nolint:gosec // fit >= 0
+	state := [3]uint64{d.budgetQ.ver, uint64(d.budget.firsts.total), uint64(d.budget.retries.total)} //nolint:gosec // counts
 	if state == d.woke {
 		return nil
 	}
@@ -695,7 +721,7 @@ func (d *destination) wakeups(now time.Time) []Wake {
 		}
 		b.told = at
 		d.budgetQ.setExpires(b, at.Add(budgetGrace))
-		out = append(out, Wake{Key: b.key, At: at})
+		out = append(out, Wake{Dest: dest, Key: b.key, At: at})
 	}
 	return out
 }

@@ -961,3 +961,30 @@ func TestLateBudgetWaitersKeepTheirPlace(t *testing.T) {
 			len(s.of(destA)), last.Sub(t0), len(s.refused))
 	}
 }
+
+// The budget is not held for a retry whose time has come but that has not asked yet: the next one that asks takes
+// it. With one retry per 1 s window spent at 0, x and y wait (x first: told 1.005 s, y 2.015 s; a 5 ms bucket). At 1.5 s x has
+// not come (a slow wake) and y asks (a look for another reason): y is admitted, not refused for x; x, when it
+// comes, waits from its place at the front.
+func TestABudgetWaiterThatHasNotComeHoldsNothing(t *testing.T) {
+	r := NewRegistry()
+	l := Limits{Budget: true, RetryPercent: 0, MinRetriesPerSecond: 1, Window: time.Second}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/r0", false, sec(0)); !ok {
+		t.Fatal("first retry refused")
+	}
+	_, wx, _ := r.Admit(destA, l, "a", "a/x", false, sec(0.1))
+	_, wy, _ := r.Admit(destA, l, "a", "a/y", false, sec(0.1))
+	if tx, ty := sec(0.1).Add(wx), sec(0.1).Add(wy); !tx.Equal(t0.Add(1005*time.Millisecond)) || !ty.Equal(t0.Add(2015*time.Millisecond)) {
+		t.Fatalf("x told %v, y %v: want 1.005 s and 2.015 s", tx.Sub(t0), ty.Sub(t0))
+	}
+	if ok, w, why := r.Admit(destA, l, "a", "a/y", false, sec(1.5)); !ok {
+		t.Fatalf("y refused at 1.5 s for x, due at 1.005 s and not come: %v %q", w, why)
+	}
+	ok, w, why := r.Admit(destA, l, "a", "a/x", false, sec(1.8))
+	if ok || why != ReasonRetryBudgetExhausted {
+		t.Fatalf("x admitted after y took the budget: %v %v %q", ok, w, why)
+	}
+	if st, _ := r.Stats(destA, sec(1.8)); st.BudgetWaiting != 1 {
+		t.Errorf("%d waiting, want x", st.BudgetWaiting)
+	}
+}

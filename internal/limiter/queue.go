@@ -102,6 +102,17 @@ func (q *fairQueue) first(n int) []*entry {
 	if n <= 0 {
 		return nil
 	}
+	out := make([]*entry, 0, n)
+	q.each(func(e *entry) bool {
+		out = append(out, e)
+		return len(out) < n
+	})
+	return out
+}
+
+// each calls fn with the waiting keys in service order until it returns false: a merge of the namespaces' queues
+// by (tag, arrival). O(namespaces + k log namespaces) for k calls.
+func (q *fairQueue) each(fn func(*entry) bool) {
 	h := make(headHeap, 0, len(q.byNS))
 	for _, nq := range q.byNS {
 		if len(nq.entries) > 0 {
@@ -109,17 +120,17 @@ func (q *fairQueue) first(n int) []*entry {
 		}
 	}
 	heap.Init(&h)
-	out := make([]*entry, 0, n)
-	for len(out) < n && len(h) > 0 {
+	for len(h) > 0 {
 		top := &h[0]
-		out = append(out, top.nq.entries[top.i])
+		if !fn(top.nq.entries[top.i]) {
+			return
+		}
 		if top.i++; top.i < len(top.nq.entries) {
 			heap.Fix(&h, 0)
 		} else {
 			heap.Pop(&h)
 		}
 	}
-	return out
 }
 
 // head is the next entry (index i) of one namespace's queue in a merge.

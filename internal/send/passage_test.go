@@ -34,7 +34,7 @@ func TestNearWaitsOutTheRoomsTime(t *testing.T) {
 	if h == nil || h.Reason != "" || !h.Until.Equal(until) || h.After < 9*time.Second || asked != 0 {
 		t.Fatalf("Near before the room's time: %+v (asked for room %d times), want a hold without reason until %v", h, asked, until)
 	}
-	room.Sooner(key, t0) // first attempts made room for it
+	room.Sooner(key, dest.ID, t0) // first attempts made room for it
 	clk.Step(0)
 	room.Settle()
 	if len(woken) != 1 || woken[0] != key {

@@ -42,9 +42,9 @@ type Room struct {
 	at map[types.NamespacedName]place
 	// since is when each key began to wait (Since), kept across wakes until it Leaves.
 	since map[types.NamespacedName]time.Time
-	// sooner holds, for keys not parked, a time to wake them at (Sooner) if their next ParkUntil asks for a later
-	// one: the limiter may hand a key over between its refusal and its ParkUntil.
-	sooner map[types.NamespacedName]time.Time
+	// sooner holds, for keys not parked, a destination and a time to wake them at (Sooner) if their next ParkUntil
+	// there asks for a later one: the limiter may hand a key over between its refusal and its ParkUntil.
+	sooner map[types.NamespacedName]place
 	// count is how many keys wait at each destination, for a slot ([0]) and for a time ([1]):
 	// actionledger_waiting_requests.
 	count map[string]*[2]int
@@ -103,7 +103,7 @@ type queue struct {
 // New returns an empty Room. Keys parked for a time are woken only once Wakes has given it a way to wake them.
 func New() *Room {
 	return &Room{dests: map[string]*queue{}, at: map[types.NamespacedName]place{}, since: map[types.NamespacedName]time.Time{},
-		sooner: map[types.NamespacedName]time.Time{}, count: map[string]*[2]int{}}
+		sooner: map[types.NamespacedName]place{}, count: map[string]*[2]int{}}
 }
 
 // Wakes sets how the room wakes a key whose time came (the manager's dispatcher puts it on the controller's
@@ -191,10 +191,10 @@ func (r *Room) countLocked(dest string, kind, n int) {
 func (r *Room) ParkUntil(dest string, key types.NamespacedName, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if t, ok := r.sooner[key]; ok {
+	if s, ok := r.sooner[key]; ok {
 		delete(r.sooner, key)
-		if t.Before(until) {
-			until = t
+		if s.dest == dest && s.until.Before(until) {
+			until = s.until
 		}
 	}
 	if p, ok := r.at[key]; ok {
@@ -328,12 +328,13 @@ func (r *Room) Wake(dest string, n int) []types.NamespacedName {
 	return out
 }
 
-// Sooner moves key's wait for a time to at, when at is earlier than the time it waits for (its capacity comes
-// sooner than it was told: first attempts raised a retry budget, or the retries ahead of it went sooner;
+// Sooner moves key's wait for a time at dest to at, when at is earlier than the time it waits for (its capacity
+// comes sooner than it was told: first attempts raised a retry budget, or the retries ahead of it went sooner;
 // limiter.Registry.WakesEarly); at not after now wakes it at once, through the room's timer and wake (Wakes). A
-// key not parked gets at for its next ParkUntil (it was handed over between its refusal and its parking); Park
-// and Leave forget it. A key waiting for a slot is left where it is, and so is every key before Wakes is called.
-func (r *Room) Sooner(key types.NamespacedName, at time.Time) {
+// key not parked gets at for its next ParkUntil at dest (it was handed over between its refusal and its
+// parking); Park, Leave and any other ParkUntil forget it. A key waiting for a slot, or at another destination,
+// is left where it is, and so is every key before Wakes is called.
+func (r *Room) Sooner(key types.NamespacedName, dest string, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.wake == nil { // nothing can wake it: its own requeue will
@@ -342,11 +343,11 @@ func (r *Room) Sooner(key types.NamespacedName, at time.Time) {
 	p, ok := r.at[key]
 	switch {
 	case !ok:
-		if t, marked := r.sooner[key]; !marked || at.Before(t) {
-			r.sooner[key] = at
+		if s, marked := r.sooner[key]; !marked || s.dest != dest || at.Before(s.until) {
+			r.sooner[key] = place{dest: dest, until: at}
 		}
 		return
-	case p.elem != nil || !at.Before(p.until):
+	case p.elem != nil || p.dest != dest || !at.Before(p.until):
 		return
 	}
 	r.leaveLocked(key, p)

@@ -228,7 +228,8 @@ func TestLaterIsTheParkedTimeWhenLater(t *testing.T) {
 
 // Sooner moves a key waiting for a time to an earlier time, and only to an earlier one: at once when that time is
 // not after now, and its old time then wakes nothing. A key not yet parked is woken at the earlier time by its
-// next ParkUntil, unless it left or parked for a slot first; a key waiting for a slot stays there.
+// next ParkUntil there, unless it left or parked for a slot first; a key waiting for a slot stays there, and a time
+// for another destination neither moves a wait nor marks the next park.
 func TestSoonerMovesATimedWaitEarlier(t *testing.T) {
 	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(t0)
@@ -237,9 +238,9 @@ func TestSoonerMovesATimedWaitEarlier(t *testing.T) {
 	r.ParkUntil("D/a", k("a", 0), t0.Add(10*time.Second))
 	r.ParkUntil("D/a", k("a", 1), t0.Add(10*time.Second))
 	r.ParkUntil("D/a", k("a", 2), t0.Add(10*time.Second))
-	r.Sooner(k("a", 0), t0)                     // now
-	r.Sooner(k("a", 1), t0.Add(3*time.Second))  // earlier
-	r.Sooner(k("a", 2), t0.Add(30*time.Second)) // later: stays at 10 s
+	r.Sooner(k("a", 0), "D/a", t0)                     // now
+	r.Sooner(k("a", 1), "D/a", t0.Add(3*time.Second))  // earlier
+	r.Sooner(k("a", 2), "D/a", t0.Add(30*time.Second)) // later: stays at 10 s
 	step(r, clk, 0)
 	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("a", 0)}) {
 		t.Fatalf("Sooner to now: woken %s, want [a0]", got)
@@ -248,19 +249,24 @@ func TestSoonerMovesATimedWaitEarlier(t *testing.T) {
 		t.Errorf("a1 waits until %v (%v), want 3 s", until, ok)
 	}
 	// Handed over before it parked: its ParkUntil takes the earlier time.
-	r.Sooner(k("b", 0), t0.Add(2*time.Second))
+	r.Sooner(k("b", 0), "D/a", t0.Add(2*time.Second))
 	r.ParkUntil("D/a", k("b", 0), t0.Add(10*time.Second))
 	// The time is used once, and Leave or Park forget it.
 	r.ParkUntil("D/a", k("b", 0), t0.Add(10*time.Second)) // parked again for 10 s: the 2 s was used
-	r.Sooner(k("c", 0), t0)
+	r.Sooner(k("c", 0), "D/a", t0)
 	r.Leave(k("c", 0))
 	r.ParkUntil("D/a", k("c", 0), t0.Add(10*time.Second))
-	r.Sooner(k("d", 0), t0)
+	r.Sooner(k("d", 0), "D/a", t0)
 	r.Park("D/a", k("d", 0))
-	r.Sooner(k("d", 0), t0) // waits for a slot: stays
+	r.Sooner(k("d", 0), "D/a", t0) // waits for a slot: stays
+	// Another destination's time neither moves a wait nor marks the next park here.
+	r.ParkUntil("D/b", k("e", 0), t0.Add(10*time.Second))
+	r.Sooner(k("e", 0), "D/a", t0)
+	r.Sooner(k("f", 0), "D/b", t0)
+	r.ParkUntil("D/a", k("f", 0), t0.Add(10*time.Second))
 	step(r, clk, 3*time.Second)
 	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("a", 1)}) {
-		t.Fatalf("at 3 s: woken %s, want [a1] (b0 parked again for 10 s, c0's mark gone, d0 for a slot)", got)
+		t.Fatalf("at 3 s: woken %s, want [a1] (b0 parked again for 10 s, c0's mark gone, d0 for a slot, e0 and f0 at other destinations)", got)
 	}
 	if r.Waiting("D/a") != 1 {
 		t.Errorf("%d slot waiters, want d0", r.Waiting("D/a"))
@@ -270,7 +276,7 @@ func TestSoonerMovesATimedWaitEarlier(t *testing.T) {
 	w.mu.Lock()
 	slices.SortFunc(w.keys, func(x, y types.NamespacedName) int { return strings.Compare(x.String(), y.String()) })
 	w.mu.Unlock()
-	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("a", 2), k("b", 0), k("c", 0)}) {
-		t.Fatalf("at 10 s: woken %s, want a2, b0, c0", got)
+	if got := w.take(); got != fmt.Sprint([]types.NamespacedName{k("a", 2), k("b", 0), k("c", 0), k("e", 0), k("f", 0)}) {
+		t.Fatalf("at 10 s: woken %s, want a2, b0, c0, e0, f0", got)
 	}
 }
