@@ -181,6 +181,16 @@ type parts struct {
 	wakeFn func(types.NamespacedName)
 }
 
+// sooner moves the wakes of retries waiting for a retry budget whose budget comes sooner than they were told
+// (first attempts raised it, or the retries ahead went sooner): the limiter hands them over
+// (limiter.Registry.WakesEarly) and the room moves their wake (waitroom.Room.Sooner).
+func (p *parts) sooner(ws []limiter.Wake) {
+	for _, w := range ws {
+		ns, name, _ := strings.Cut(w.Key, "/")
+		p.room.Sooner(types.NamespacedName{Namespace: ns, Name: name}, w.Dest, w.At)
+	}
+}
+
 // wake enqueues nn (wakeFn), when there is a way to.
 func (p *parts) wake(nn types.NamespacedName) {
 	if p.wakeFn != nil {
@@ -486,15 +496,7 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.parts.wakeFn = func(nn types.NamespacedName) { md.wakeUp(nn) }
 		clk, _ := r.Clock.(clock.WithDelayedExecution)
 		r.parts.room.Wakes(clk, r.parts.wakeFn)
-		// Retries waiting for a retry budget whose budget comes sooner than they were told (first attempts raised
-		// it, the retries ahead went sooner): the limiter hands them to the room, which moves their wake.
-		room := r.parts.room
-		r.Limiter.WakesEarly(func(ws []limiter.Wake) {
-			for _, w := range ws {
-				ns, name, _ := strings.Cut(w.Key, "/")
-				room.Sooner(types.NamespacedName{Namespace: ns, Name: name}, w.Dest, w.At)
-			}
-		})
+		r.Limiter.WakesEarly(r.parts.sooner)
 	}
 	return b.
 		// spec.subject: a holder that finishes, is resolved or goes wakes the other actions on its subject.
