@@ -128,15 +128,7 @@ func TestRetryBudgetWaitersAreRefusedOnceEach(t *testing.T) {
 // (actionledger_delayed_total{reason="RetryBudgetExhausted"}).
 func budgetRetries(t *testing.T, holder string, n int) float64 {
 	t.Helper()
-	ns := env.Namespace(t)
-	srv, url := envtestutil.DestinationServer(t, destination.Options{})
-	zero, one := int32(0), int32(1)
-	env.CreateDestination(t, ns, "pay", url, func(s *actionsv1alpha1.DestinationSpec) {
-		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{InitialBackoff: durationp(100 * time.Millisecond),
-			Jitter: actionsv1alpha1.JitterNone}
-		s.RetryBudget = &actionsv1alpha1.RetryBudget{RetryPercent: &zero, MinRetriesPerSecond: &one,
-			Window: durationp(2 * time.Second)}
-	})
+	ns, srv := budgetDestination(t, 0, 1, 2*time.Second)
 	for i := range n {
 		srv.Script(fmt.Sprintf("%s/r%d", ns, i), destination.Step{Status: 503}, destination.Step{Status: 201})
 	}
@@ -160,16 +152,7 @@ func budgetRetries(t *testing.T, holder string, n int) float64 {
 // first attempts can free it. When first attempts raise the budget enough, the waiting room wakes it at once
 // (limiter.Registry.WakesEarly, waitroom.Room.Sooner): it Succeeds within seconds, not a minute later.
 func TestFirstAttemptsWakeAWaitingRetry(t *testing.T) {
-	ns := env.Namespace(t)
-	srv, url := envtestutil.DestinationServer(t, destination.Options{})
-	half, zero := int32(50), int32(0)
-	env.CreateDestination(t, ns, "pay", url, func(s *actionsv1alpha1.DestinationSpec) {
-		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{InitialBackoff: durationp(100 * time.Millisecond),
-			Jitter: actionsv1alpha1.JitterNone}
-		// Half a retry per first attempt in a minute, no floor.
-		s.RetryBudget = &actionsv1alpha1.RetryBudget{RetryPercent: &half, MinRetriesPerSecond: &zero,
-			Window: durationp(time.Minute)}
-	})
+	ns, srv := budgetDestination(t, 50, 0, time.Minute) // half a retry per first attempt in a minute, no floor
 	for _, name := range []string{"r0", "r1"} {
 		srv.Script(ns+"/"+name, destination.Step{Status: 503}, destination.Step{Status: 201})
 	}
@@ -201,6 +184,21 @@ func TestFirstAttemptsWakeAWaitingRetry(t *testing.T) {
 	if got := srv.Requests(ns + "/" + waiter); got != 2 {
 		t.Errorf("%s: %d requests, want 2 (the 503, then the retry's 201)", waiter, got)
 	}
+}
+
+// budgetDestination creates, in a new namespace, the Destination "pay" at a scripted server, retried 100 ms after
+// a failure (no jitter), with a retry budget of pct percent of the first attempts and a floor of floor retries a
+// second over window.
+func budgetDestination(t *testing.T, pct, floor int32, window time.Duration) (string, *destination.Server) {
+	t.Helper()
+	ns := env.Namespace(t)
+	srv, url := envtestutil.DestinationServer(t, destination.Options{})
+	env.CreateDestination(t, ns, "pay", url, func(s *actionsv1alpha1.DestinationSpec) {
+		s.RetryPolicy = &actionsv1alpha1.RetryPolicy{InitialBackoff: durationp(100 * time.Millisecond),
+			Jitter: actionsv1alpha1.JitterNone}
+		s.RetryBudget = &actionsv1alpha1.RetryBudget{RetryPercent: &pct, MinRetriesPerSecond: &floor, Window: durationp(window)}
+	})
+	return ns, srv
 }
 
 // gathered returns the value of the real registry's series name{labels}, and whether it exists.
