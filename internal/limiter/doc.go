@@ -28,8 +28,10 @@
 // requeues after the returned wait. A key that has to wait gets a reservation,
 // its place in the queue, and keeps it when it asks again; asking again never
 // consumes more capacity. A reservation that is not claimed within a grace
-// period after the time it was told to come back is dropped, so an action that
-// went away cannot hold the destination.
+// period after the time it was told to come back goes late, so an action that
+// went away cannot hold the destination; a late key that asks again within 30 s
+// takes its place again, so a key slower than the grace (a busy manager) is not
+// sent to the back of the queue each time.
 //
 // # Fairness: start-time fair queuing over namespaces
 //

@@ -205,19 +205,10 @@ type destination struct {
 	// each is told to come back when the budget fits it and every retry ahead of it, so that retries refused
 	// together come back one after the other, not together to be refused again.
 	budgetQ fairQueue
-	// late holds the budget places whose key did not ask again within the grace after its time, by key: they are
-	// not counted ahead of anyone, but a key that comes back takes its place again (its tag), so that a waiter
-	// slower than the grace (a busy workqueue) is neither pushed to the back nor holding the budget for others.
-	// Each is dropped lateKeep after it went late.
-	late      map[string]*entry
-	lateSweep time.Time
 	// woke is the state of the last wakeups (budgetQ's version, the first attempts and retries in the window):
 	// the same state gives the same answer, so it is not worked out again.
 	woke [3]uint64
 }
-
-// lateKeep is how long a late budget place is kept for its key (30 s).
-const lateKeep = 30 * time.Second
 
 // budgetGrace is how long after its time a retry waiting for the budget keeps its turn in the wake order: the
 // waiters behind it are not woken for the budget that fits it until then. Then it is late: it keeps its place
@@ -241,7 +232,7 @@ type Wake struct {
 }
 
 func newDestination() *destination {
-	return &destination{limits: Limits{}.normalized(), queue: newFairQueue(), budgetQ: newFairQueue(), late: map[string]*entry{}}
+	return &destination{limits: Limits{}.normalized(), queue: newFairQueue(), budgetQ: newFairQueue()}
 }
 
 // lookup returns the live state of dest, creating it if create is set; it
@@ -285,8 +276,10 @@ func (r *Registry) lookup(dest string, create bool) *destination {
 // paused key holds a reservation, its place in the fair queue; a retry refused
 // by the budget holds its place among the retries waiting for the budget (the
 // same fair order), and no token. Asking again for the same key does not
-// consume capacity nor move it back. A reservation is dropped when the key
-// does not ask again within the grace period after now+wait, or by Forget.
+// consume capacity nor move it back. A reservation goes late when the key
+// does not ask again within the grace period after now+wait: it no longer
+// holds capacity from the keys behind it, but the key that asks again within
+// 30 s takes its place again. Forget drops it.
 //
 // now is the current time; it is clamped to the latest time seen for dest.
 func (r *Registry) Admit(dest string, l Limits, ns, key string, first bool, now time.Time) (ok bool, wait time.Duration, reason Reason) {
@@ -346,13 +339,8 @@ func (r *Registry) Forget(dest, key string) {
 
 // forget drops key's reservations on d, for a token and for the retry budget. Locked.
 func (d *destination) forget(key string) {
-	if e := d.queue.get(key); e != nil {
-		d.queue.remove(e)
-	}
-	if b := d.budgetQ.get(key); b != nil {
-		d.budgetQ.remove(b)
-	}
-	delete(d.late, key)
+	d.queue.forget(key)
+	d.budgetQ.forget(key)
 }
 
 // ForgetKey drops the reservations of key on every destination: the key left this manager (its object was
@@ -482,7 +470,7 @@ func (d *destination) idle(now time.Time, ttl time.Duration) bool {
 	now = d.clamp(now)
 	d.queue.expire(now)
 	d.queue.sweep()
-	d.expireBudget(now)
+	d.budgetQ.expire(now)
 	d.budgetQ.sweep()
 	if d.queue.len() > 0 || d.budgetQ.len() > 0 || now.Before(d.pausedUntil) || now.Sub(d.lastActive) < ttl {
 		return false
@@ -526,9 +514,9 @@ func (d *destination) admit(l Limits, ns, key string, first bool, now time.Time,
 		d.setLimits(l, now)
 	}
 	d.queue.expire(now)
-	d.expireBudget(now)
+	d.budgetQ.expire(now)
 	d.budget.prune(now, d.limits.Window)
-	e := d.queue.get(key)
+	e := d.reservation(key, now)
 	b := d.budgetPlace(ns, key, first, now)
 	hold := func(wait time.Duration) { d.holdPlace(b, now, wait) }
 	admitted := func() { d.admitted(b, first, now) }
@@ -563,7 +551,7 @@ func (d *destination) admit(l Limits, ns, key string, first bool, now time.Time,
 	p := d.queue.position(e)
 	tokens := d.lim.TokensAt(now)
 	// Admit when every key ahead can still be served from the tokens in the
-	// bucket; a late key ahead keeps its token until its grace ends.
+	// bucket; a key ahead keeps its token until its grace ends, then goes late.
 	if float64(p)+1 <= tokens && d.lim.AllowN(now, 1) {
 		d.queue.admitted(e)
 		admitted()
@@ -573,6 +561,15 @@ func (d *destination) admit(l Limits, ns, key string, first bool, now time.Time,
 	d.queue.setExpires(e, now.Add(addSat(wait, grace)))
 	hold(wait)
 	return false, wait, ReasonRateLimited
+}
+
+// reservation returns key's place in the token queue: its reservation, or the late one it comes back to (its
+// place again, fairQueue.revive), or nil. Locked.
+func (d *destination) reservation(key string, now time.Time) *entry {
+	if e := d.queue.get(key); e != nil {
+		return e
+	}
+	return d.queue.revive(key, now)
 }
 
 // pauseWait is the wait of key (its reservation e, nil for none yet) while d is paused at now: until the pause
@@ -599,38 +596,14 @@ func (d *destination) budgetPlace(ns, key string, first bool, now time.Time) *en
 	switch {
 	case !first && d.limits.Budget && b != nil:
 		return b
-	case !first && d.limits.Budget && d.late[key] != nil: // back after its grace: its place again
-		b = d.late[key]
-		delete(d.late, key)
-		d.budgetQ.reinsert(b, now)
-		return b
 	case !first && d.limits.Budget:
-		return d.budgetQ.push(ns, key, now)
-	case b != nil:
-		d.budgetQ.remove(b)
-	}
-	delete(d.late, key)
-	return nil
-}
-
-// expireBudget moves the budget places whose key did not ask again within the grace after its time to late, and
-// drops the late places older than lateKeep (at most once a second). Locked.
-func (d *destination) expireBudget(now time.Time) {
-	for len(d.budgetQ.exp) > 0 && d.budgetQ.exp[0].expires.Before(now) {
-		e := d.budgetQ.exp[0]
-		d.budgetQ.remove(e)
-		e.expires = now.Add(lateKeep)
-		d.late[e.key] = e
-	}
-	if len(d.late) == 0 || now.Before(d.lateSweep) {
-		return
-	}
-	d.lateSweep = now.Add(time.Second)
-	for k, e := range d.late {
-		if e.expires.Before(now) {
-			delete(d.late, k)
+		if b = d.budgetQ.revive(key, now); b != nil { // back after its grace: its place again
+			return b
 		}
+		return d.budgetQ.push(ns, key, now)
 	}
+	d.budgetQ.forget(key)
+	return nil
 }
 
 // budgetTurn reports whether the retry of budget place b fits the budget at now. The retries ahead of it that
@@ -682,7 +655,7 @@ func (d *destination) holdPlace(b *entry, now time.Time, wait time.Duration) {
 // as it is. None while the destination is paused. When the budget was removed, every waiter is woken now and
 // the queue is emptied. Locked, the budget pruned at now.
 func (d *destination) wakeups(dest string, now time.Time) []Wake {
-	if d.budgetQ.len() == 0 && len(d.late) == 0 {
+	if d.budgetQ.len() == 0 && len(d.budgetQ.late) == 0 {
 		return nil
 	}
 	if !d.limits.Budget {
@@ -691,7 +664,7 @@ func (d *destination) wakeups(dest string, now time.Time) []Wake {
 			out = append(out, Wake{Dest: dest, Key: b.key, At: now})
 			d.budgetQ.remove(b)
 		}
-		clear(d.late)
+		clear(d.budgetQ.late)
 		return out
 	}
 	if now.Before(d.pausedUntil) {

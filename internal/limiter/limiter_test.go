@@ -465,10 +465,14 @@ func TestGraceDropsUnclaimedReservation(t *testing.T) {
 	if st, _ := r.Stats(destA, after); st.Waiting != 0 {
 		t.Fatalf("x's reservation not dropped: %+v", st)
 	}
-	// x coming back late starts over at the end of the queue, like a new key.
+	// x coming back late takes its place again, at the front (its reservation went late, not away), and waits
+	// for the next token, the one y's was.
 	ok, w, _ := r.Admit(destA, l, "a", "a/x", true, after)
 	if ok || w < 900*time.Millisecond {
-		t.Fatalf("late x: got %v %v, want a fresh wait of ~1s", ok, w)
+		t.Fatalf("late x: got %v %v, want a wait of ~1s for the next token", ok, w)
+	}
+	if st, _ := r.Stats(destA, after); st.Waiting != 1 {
+		t.Fatalf("late x holds no place: %+v", st)
 	}
 }
 
@@ -986,5 +990,24 @@ func TestABudgetWaiterThatHasNotComeHoldsNothing(t *testing.T) {
 	}
 	if st, _ := r.Stats(destA, sec(1.8)); st.BudgetWaiting != 1 {
 		t.Errorf("%d waiting, want x", st.BudgetWaiting)
+	}
+}
+
+// A key slower than the grace (every wake 3 s after its turn: a busy workqueue) keeps its place in the token
+// queue: its reservation goes late, not away, so it holds no token from the keys that come, and takes its place
+// again when it comes. 20 keys at 1 request/s with a burst of 1 are all admitted, each refused once. When a late
+// reservation was dropped, each key came back to the end of the queue to be told a later turn it would again miss:
+// none but the first was ever admitted.
+func TestLateTokenWaitersKeepTheirPlace(t *testing.T) {
+	l := Limits{RequestsPerSecond: 1, Burst: 1}
+	s := newSimulation(NewRegistry(), map[string]Limits{destA: l})
+	s.late = func(string) time.Duration { return 3 * time.Second }
+	s.maxEvents = 20_000
+	s.run(t, asks(destA, "a", 20, t0))
+	adm := s.of(destA)
+	checkBucket(t, adm, 1, 1)
+	checkOnce(t, adm, keys("a", 20))
+	if len(s.refused) > 20 {
+		t.Errorf("%d refusals for 20 keys, want at most one each", len(s.refused))
 	}
 }

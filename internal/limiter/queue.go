@@ -53,10 +53,19 @@ type fairQueue struct {
 	seq int64
 	// ver counts the changes of who waits (push, remove, reinsert).
 	ver uint64
+	// late holds the reservations whose key did not ask again before they expired, by key: they are not counted
+	// ahead of anyone, but a key that comes back takes its place again (revive), so that a key slower than the
+	// grace (a busy workqueue) is neither put at the back nor holding capacity for others meanwhile. Each is
+	// dropped lateKeep after it went late (its expires).
+	late      map[string]*entry
+	lateSweep time.Time
 }
 
+// lateKeep is how long a late reservation keeps its place for its key (30 s).
+const lateKeep = 30 * time.Second
+
 func newFairQueue() fairQueue {
-	return fairQueue{byKey: map[string]*entry{}, byNS: map[string]*nsQueue{}}
+	return fairQueue{byKey: map[string]*entry{}, byNS: map[string]*nsQueue{}, late: map[string]*entry{}}
 }
 
 // len returns the number of waiting keys.
@@ -231,11 +240,44 @@ func (q *fairQueue) setExpires(e *entry, t time.Time) {
 	heap.Fix(&q.exp, e.hidx)
 }
 
-// expire drops every reservation that expired before now.
+// expire makes late every reservation that expired before now, and drops the late ones older than lateKeep (at
+// most once a second).
 func (q *fairQueue) expire(now time.Time) {
 	for len(q.exp) > 0 && q.exp[0].expires.Before(now) {
-		q.remove(q.exp[0])
+		e := q.exp[0]
+		q.remove(e)
+		e.expires = now.Add(lateKeep)
+		q.late[e.key] = e
 	}
+	if len(q.late) == 0 || now.Before(q.lateSweep) {
+		return
+	}
+	q.lateSweep = now.Add(time.Second)
+	for k, e := range q.late {
+		if e.expires.Before(now) {
+			delete(q.late, k)
+		}
+	}
+}
+
+// revive puts key's late reservation back at its place (reinsert), expiring at expires, and returns it; nil when
+// key has none.
+func (q *fairQueue) revive(key string, expires time.Time) *entry {
+	e := q.late[key]
+	if e == nil {
+		return nil
+	}
+	delete(q.late, key)
+	q.reinsert(e, expires)
+	return e
+}
+
+// forget drops key's reservation, waiting or late.
+func (q *fairQueue) forget(key string) {
+	if e := q.byKey[key]; e != nil {
+		q.remove(e)
+	}
+	delete(q.late, key)
 }
 
 // expiryHeap is a min-heap of reservations by expiry.
