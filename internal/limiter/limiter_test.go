@@ -1011,3 +1011,38 @@ func TestLateTokenWaitersKeepTheirPlace(t *testing.T) {
 		t.Errorf("%d refusals for 20 keys, want at most one each", len(s.refused))
 	}
 }
+
+// The cost of an Admit at a destination whose retry budget has waiters: 2,000 retries waiting over 100
+// namespaces, each first attempt raising the budget (100 %), so every Admit works out who to wake and retime
+// (destination.wakeups); BenchmarkAdmitNoWaiters is the same first attempts with no retry waiting.
+// go test ./internal/limiter/ -run '^$' -bench Admit -benchmem
+func BenchmarkAdmitBudgetWaiters(b *testing.B) {
+	benchAdmit(b, 2000, 100)
+}
+
+// BenchmarkAdmitNoWaiters: first attempts at a destination with a retry budget and no retry waiting.
+func BenchmarkAdmitNoWaiters(b *testing.B) {
+	benchAdmit(b, 0, 1)
+}
+
+func benchAdmit(b *testing.B, waiters, namespaces int) {
+	pct, floor := int32(100), int32(0)
+	l := Limits{}.WithRetryBudget(&pct, &floor, 10*time.Second)
+	r := NewRegistry()
+	r.WakesEarly(func([]Wake) {})
+	for i := range 1000 {
+		r.Admit(destA, l, "f", fmt.Sprintf("f/%d", i), true, sec(0))
+	}
+	for i := range 1000 { // the budget spent
+		r.Admit(destA, l, "x", fmt.Sprintf("x/%d", i), false, sec(0))
+	}
+	for i := range waiters {
+		ns := fmt.Sprintf("n%d", i%namespaces)
+		r.Admit(destA, l, ns, fmt.Sprintf("%s/%d", ns, i), false, sec(0.1))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		r.Admit(destA, l, "f", fmt.Sprintf("h/%d", i), true, sec(0.2).Add(time.Duration(i)*time.Microsecond))
+	}
+}
