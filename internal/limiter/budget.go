@@ -117,8 +117,15 @@ func (b *retryBudget) allow(now time.Time, l Limits, need int) (ok bool, wait ti
 // leaves it, the retries that then fit are taken, in order, by the needs still waiting, and each taken retry is
 // itself in the window for a retry's lifetime (the window and one bucket) and one bucket more, the slack for the
 // wake and reconcile that bring it (it is admitted a little after its time, so it leaves a little later).
-// O(buckets in the window + to).
+// Once every admission in the window has left it, what the replay took repeats with the period of a taken retry's
+// life, so the rest is worked out by that period: O(buckets in the window + to - from), whatever from is (a
+// retry deep in a long queue costs no more to tell than the first).
 func (b *retryBudget) fitTimes(now time.Time, l Limits, from, to int) []time.Time {
+	return b.replayTimes(now, l, from, to, true)
+}
+
+// replayTimes is fitTimes; periodic false replays every event to the end (the tests' reference).
+func (b *retryBudget) replayTimes(now time.Time, l Limits, from, to int, periodic bool) []time.Time {
 	out := make([]time.Time, 0, max(to-from, 0))
 	p := &replay{l: l, firsts: b.firsts.total, retries: b.retries.total, fs: b.firsts.buckets, rs: b.retries.buckets}
 	met := 0 // how many needs are met
@@ -128,6 +135,9 @@ func (b *retryBudget) fitTimes(now time.Time, l Limits, from, to int) []time.Tim
 			if met > from {
 				out = append(out, t)
 			}
+		}
+		if periodic && met < to && p.steady() {
+			return append(out, p.periodic(met, max(met, from), to)...)
 		}
 	}
 	for len(out) < to-from {
@@ -154,6 +164,36 @@ func (p *replay) take(t time.Time) int {
 		p.taken = append(p.taken, bucket{at: t.Add(p.l.Window + 2*q), n: fit})
 	}
 	return fit
+}
+
+// steady reports whether only the replay's own retries are in the window and they fill the floor allowance
+// exactly (retries taken while first attempts raised the allowance have left): from then on the schedule repeats.
+func (p *replay) steady() bool {
+	return len(p.fs) == 0 && len(p.rs) == 0 && len(p.taken) > 0 && p.retries == fits(p.l, 0, 0)
+}
+
+// periodic returns the times of the needs in (from, to], met needs being met already, once the replay is steady:
+// each taken bucket
+// is taken again when it leaves, by as many retries, so the schedule repeats every taken retry's life.
+func (p *replay) periodic(met, from, to int) []time.Time {
+	period := p.l.Window + 2*budgetQuantum(p.l.Window)
+	cycle := 0
+	for _, t := range p.taken {
+		cycle += t.n
+	}
+	out := make([]time.Time, 0, to-from)
+	for need := from + 1; need <= to; need++ {
+		r := need - met - 1 // 0-based among the needs still waiting
+		turn, rest := r/cycle, r%cycle
+		for _, t := range p.taken {
+			if rest < t.n {
+				out = append(out, t.at.Add(time.Duration(turn)*period))
+				break
+			}
+			rest -= t.n
+		}
+	}
+	return out
 }
 
 // next returns the next time a bucket leaves the window, having dropped every bucket that leaves then; false when

@@ -1046,3 +1046,49 @@ func benchAdmit(b *testing.B, waiters, namespaces int) {
 		r.Admit(destA, l, "f", fmt.Sprintf("h/%d", i), true, sec(0.2).Add(time.Duration(i)*time.Microsecond))
 	}
 }
+
+// fitTimes' periodic shortcut gives the times the full replay gives: random windows of first attempts and retries,
+// floors, percents and shares, for ranges of needs near the front and deep in a queue.
+func TestFitTimesPeriodicIsTheReplay(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 42))
+	for c := range 500 {
+		l := Limits{Budget: true, RetryPercent: rng.Int32N(60), MinRetriesPerSecond: rng.Int32N(4),
+			Window: time.Duration(1+rng.IntN(20)) * time.Second, Shares: 1 + rng.IntN(2)}.normalized()
+		var b retryBudget
+		now := t0
+		for range rng.IntN(300) {
+			now = now.Add(time.Duration(rng.IntN(int(l.Window / 50))))
+			b.record(rng.IntN(3) > 0, now, l.Window)
+		}
+		now = now.Add(time.Duration(rng.IntN(int(l.Window))))
+		b.prune(now, l.Window)
+		from := rng.IntN(3000)
+		to := from + 1 + rng.IntN(20)
+		got, want := b.fitTimes(now, l, from, to), b.replayTimes(now, l, from, to, false)
+		if !slices.EqualFunc(got, want, func(x, y time.Time) bool { return x.Equal(y) }) {
+			t.Fatalf("case %d (%+v, needs %d..%d): periodic %v, replay %v", c, l, from+1, to, got, want)
+		}
+	}
+}
+
+// The cost of telling a retry deep in a long queue its time: 10,000 retries of one namespace wait; each Admit is
+// one of the last thousand asking again (refused). The told time's replay stops once the window's own admissions
+// have left it and counts the rest by the period (fitTimes).
+func BenchmarkAdmitDeepBudgetWaiter(b *testing.B) {
+	pct, floor := int32(20), int32(1)
+	l := Limits{}.WithRetryBudget(&pct, &floor, 10*time.Second)
+	r := NewRegistry()
+	r.WakesEarly(func([]Wake) {})
+	for i := range 10 {
+		r.Admit(destA, l, "x", fmt.Sprintf("x/%d", i), false, sec(float64(i)/10))
+	}
+	for i := range 10000 {
+		r.Admit(destA, l, "t", fmt.Sprintf("t/%d", i), false, sec(1))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		k := 9000 + i%1000
+		r.Admit(destA, l, "t", fmt.Sprintf("t/%d", k), false, sec(1.5))
+	}
+}
