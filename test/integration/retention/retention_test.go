@@ -353,15 +353,17 @@ func TestOutcomeUnknownIsNotCollected(t *testing.T) {
 	srv.Script(key, destination.Step{Status: 500, Apply: true})
 
 	xa := envtestutil.Action(ns, "transfer-3", "legacy", "/transfers", `{"amount":7}`)
-	xa.Spec.TTLSecondsAfterFinished = ttl(1)
+	// 4 s: long enough that the poll below sees Succeeded before the collection, on a busy machine too (with 1 s
+	// a poll that came late missed it and found the object gone).
+	xa.Spec.TTLSecondsAfterFinished = ttl(4)
 	env.Create(t, xa)
 	unknown := env.WaitPhase(t, ns, "transfer-3", actionsv1alpha1.PhaseOutcomeUnknown, 30*time.Second)
 	if unknown.Status.ExpiresAt != nil {
 		t.Fatalf("OutcomeUnknown has expiresAt %s; it must wait for a person", unknown.Status.ExpiresAt)
 	}
-	// The one window where nothing must happen: three times the TTL, so a collector keyed on completedAt or
+	// The one window where nothing must happen: twice the TTL, so a collector keyed on completedAt or
 	// creationTimestamp + ttl would have deleted it.
-	time.Sleep(3 * time.Second)
+	time.Sleep(8 * time.Second)
 	still := env.Get(t, ns, "transfer-3")
 	if !still.DeletionTimestamp.IsZero() || still.Status.Phase != actionsv1alpha1.PhaseOutcomeUnknown || tombstone(t, ns, "transfer-3") != nil {
 		t.Fatalf("OutcomeUnknown was collected or changed: deletionTimestamp %v, phase %s", still.DeletionTimestamp, still.Status.Phase)
@@ -373,8 +375,8 @@ func TestOutcomeUnknownIsNotCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	decided := env.WaitPhase(t, ns, "transfer-3", actionsv1alpha1.PhaseSucceeded, 30*time.Second)
-	if decided.Status.ExpiresAt == nil || decided.Status.ExpiresAt.Sub(decided.Status.CompletedAt.Time) != time.Second {
-		t.Errorf("after the decision: completedAt %v, expiresAt %v; want expiresAt = completedAt + 1s", decided.Status.CompletedAt, decided.Status.ExpiresAt)
+	if decided.Status.ExpiresAt == nil || decided.Status.ExpiresAt.Sub(decided.Status.CompletedAt.Time) != 4*time.Second {
+		t.Errorf("after the decision: completedAt %v, expiresAt %v; want expiresAt = completedAt + 4s", decided.Status.CompletedAt, decided.Status.ExpiresAt)
 	}
 	waitGone(t, ns, "transfer-3", 30*time.Second)
 	checkTombstone(t, tombstone(t, ns, "transfer-3"), decided, true)
