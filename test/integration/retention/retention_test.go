@@ -362,12 +362,14 @@ func TestOutcomeUnknownIsNotCollected(t *testing.T) {
 		t.Fatalf("OutcomeUnknown has expiresAt %s; it must wait for a person", unknown.Status.ExpiresAt)
 	}
 	// The one window where nothing must happen: twice the TTL, so a collector keyed on completedAt or
-	// creationTimestamp + ttl would have deleted it.
-	time.Sleep(8 * time.Second)
-	still := env.Get(t, ns, "transfer-3")
-	if !still.DeletionTimestamp.IsZero() || still.Status.Phase != actionsv1alpha1.PhaseOutcomeUnknown || tombstone(t, ns, "transfer-3") != nil {
-		t.Fatalf("OutcomeUnknown was collected or changed: deletionTimestamp %v, phase %s", still.DeletionTimestamp, still.Status.Phase)
-	}
+	// creationTimestamp + ttl would have deleted it. Checked throughout, every 50 ms.
+	var still *actionsv1alpha1.ExternalAction
+	envtestutil.Consistently(t, 8*time.Second, func() string {
+		return fmt.Sprintf("OutcomeUnknown kept, not collected (deletionTimestamp %v, phase %s)", still.DeletionTimestamp, still.Status.Phase)
+	}, func() bool {
+		still = env.Get(t, ns, "transfer-3")
+		return still.DeletionTimestamp.IsZero() && still.Status.Phase == actionsv1alpha1.PhaseOutcomeUnknown && tombstone(t, ns, "transfer-3") == nil
+	})
 
 	// A person decides: applied. Now the action is Succeeded, expires ttl after the decision, and is collected.
 	still.Annotations = map[string]string{actionsv1alpha1.AnnotationResolve: actionsv1alpha1.DecisionApplied}
