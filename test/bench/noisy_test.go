@@ -152,7 +152,9 @@ func noisyRound(t *testing.T, c noisyConfig) (NoisyResult, bool) {
 		}
 		logDir = d
 	}
-	p := startManager(t, e, bin, logDir, intEnv("BENCH_RECONCILES", 16), append(pprofArgs, fmt.Sprintf("--evaluation-slots=%d", slots))...)
+	args := append(pprofArgs, fmt.Sprintf("--evaluation-slots=%d", slots))
+	args = append(args, strings.Fields(os.Getenv("BENCH_NOISY_MANAGER_ARGS"))...) // e.g. --evaluation-cpu=250m
+	p := startManager(t, e, bin, logDir, intEnv("BENCH_RECONCILES", 16), args...)
 	tracing := os.Getenv("BENCH_NOISY_TRACE") != ""
 	defer p.stop()
 	load := loadavg()
