@@ -20,9 +20,10 @@
 //     the waiters it then fits are handed to a wake function at once, and the
 //     next waiters' times are brought forward as the queue moves
 //     (Registry.WakesEarly): capacity wakes as many as it fits. The budget is not
-//     held for a waiter whose time has come (the first woken to ask takes it); a
-//     waiter more than a second late keeps its place for 30 s, and the next ones
-//     are woken.
+//     held for a waiter whose time has come (the first woken to ask takes it, but
+//     not a retry that has not waited yet); a waiter more than a second late keeps
+//     its place for 30 s from the first time it was late, and the next ones are
+//     woken at the destination's next admission.
 //
 // Nothing blocks: the reconciler asks with Admit and either sends now or
 // requeues after the returned wait. A key that has to wait gets a reservation,

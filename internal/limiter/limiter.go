@@ -486,6 +486,7 @@ func (d *destination) idle(now time.Time, ttl time.Duration) bool {
 func (d *destination) setLimits(l Limits, now time.Time) {
 	old := d.limits
 	d.limits = l
+	d.woke = [3]uint64{} // what fits changed: wakeups looks again at the next admission
 	switch {
 	case l.RequestsPerSecond == 0:
 		d.lim = nil
@@ -608,19 +609,29 @@ func (d *destination) budgetPlace(ns, key string, first bool, now time.Time) *en
 
 // budgetTurn reports whether the retry of budget place b fits the budget at now. The retries ahead of it that
 // wait for a later time (told, not yet due) take the budget first: it fits when it and all of those do. Those
-// ahead whose time has come but that have not asked yet (woken, on their way) do not hold it: the budget goes to
-// whoever of them asks first, and a late one asks again from its place. If it does not fit, wait is when it and
-// every retry ahead will (retryBudget.allow). Locked, the budget pruned at now.
+// ahead whose time has come but that have not asked yet (woken, on their way) do not hold it from another woken
+// one: the budget goes to whoever of them asks first, and a late one asks again from its place. A retry that has
+// not waited yet (b never told a time) counts them too: it does not take the budget woken waiters ahead of it
+// were woken for. If it does not fit, wait is when it and every retry ahead will (retryBudget.allow). Locked,
+// the budget pruned at now.
 func (d *destination) budgetTurn(b *entry, now time.Time) (wait time.Duration, ok bool) {
 	fit := fits(d.limits, d.budget.firsts.total, d.budget.retries.total)
 	ahead := 0
+	fresh := b.told.IsZero()
+	var graceEnd time.Time // the latest end of grace of the woken waiters ahead that a fresh retry leaves to them
 	if fit > 0 {
 		d.budgetQ.each(func(e *entry) bool {
 			if e == b {
 				return false
 			}
-			if e.told.After(now) {
+			switch {
+			case e.told.After(now):
 				ahead++
+			case fresh:
+				ahead++
+				if e.expires.After(graceEnd) {
+					graceEnd = e.expires
+				}
 			}
 			return ahead < fit
 		})
@@ -629,7 +640,9 @@ func (d *destination) budgetTurn(b *entry, now time.Time) (wait time.Duration, o
 		return 0, true
 	}
 	_, wait = d.budget.allow(now, d.limits, d.budgetQ.position(b)+1)
-	return wait, false
+	// A fresh retry behind woken waiters comes back once they have asked or gone late (their grace), and no sooner
+	// than MinWait; by then it has waited, and takes the budget any of them left.
+	return max(wait, graceEnd.Sub(now), MinWait), false
 }
 
 // holdPlace keeps the budget place b (nil: none) of a key told to come back after wait from now, in the wake

@@ -1092,3 +1092,62 @@ func BenchmarkAdmitDeepBudgetWaiter(b *testing.B) {
 		r.Admit(destA, l, "t", fmt.Sprintf("t/%d", k), false, sec(1.5))
 	}
 }
+
+// A retry that has not waited yet does not take the budget a woken waiter ahead of it was woken for: x (namespace
+// b), refused at 0.1 s and told 1.005 s, is due and on its way when n, the first retry of namespace c, asks at
+// 1.2 s; both start at the virtual time, so x is ahead in the fair order. n is
+// refused and told to come back after x's grace (2.005 s) at the earliest; x, asking at 1.5 s, is admitted. Before,
+// n took the budget at 1.2 s and x was refused again and told a window later.
+func TestAFreshRetryLeavesTheBudgetToTheWokenWaiter(t *testing.T) {
+	r := NewRegistry()
+	l := Limits{Budget: true, RetryPercent: 0, MinRetriesPerSecond: 1, Window: time.Second}
+	if ok, _, _ := r.Admit(destA, l, "a", "a/r0", false, sec(0)); !ok {
+		t.Fatal("first retry refused")
+	}
+	_, wx, _ := r.Admit(destA, l, "b", "b/x", false, sec(0.1))
+	if tx := sec(0.1).Add(wx); !tx.Equal(t0.Add(1005 * time.Millisecond)) {
+		t.Fatalf("x told %v, want 1.005 s", tx.Sub(t0))
+	}
+	ok, wn, why := r.Admit(destA, l, "c", "c/n", false, sec(1.2))
+	if ok || why != ReasonRetryBudgetExhausted {
+		t.Fatalf("fresh n at 1.2 s: admitted %v (%q), want refused: x is due and on its way", ok, why)
+	}
+	if tn := sec(1.2).Add(wn); tn.Before(t0.Add(2005 * time.Millisecond)) {
+		t.Errorf("n told %v, want no sooner than x's grace ends (2.005 s)", tn.Sub(t0))
+	}
+	if ok, w, why := r.Admit(destA, l, "b", "b/x", false, sec(1.5)); !ok {
+		t.Fatalf("x refused at 1.5 s after n asked: %v %q", w, why)
+	}
+}
+
+// A late reservation keeps its place for lateKeep from the first time it went late, however often it comes back
+// (revive) and misses its time again: a key that never uses its place loses it. Before, each lateness kept it
+// 30 s more, so a key could hold the head of the queue indefinitely without being admitted.
+func TestALatePlaceIsKeptFromTheFirstLateness(t *testing.T) {
+	q := newFairQueue()
+	q.push("a", "a/x", sec(1))
+	q.push("b", "b/y", sec(100))
+	q.expire(sec(2)) // a/x late since 2 s
+	if q.get("a/x") != nil || q.late["a/x"] == nil {
+		t.Fatal("a/x not late at 2 s")
+	}
+	for _, at := range []float64{10, 20, 29} { // it comes back, is told a time, and misses it again
+		if e := q.revive("a/x", sec(at+0.5)); e == nil {
+			t.Fatalf("a/x lost its place at %v s, within 30 s of its first lateness", at)
+		}
+		if first := q.first(1); len(first) != 1 || first[0].key != "a/x" {
+			t.Fatalf("a/x revived at %v s is not first", at)
+		}
+		q.expire(sec(at + 1))
+	}
+	if q.late["a/x"] == nil {
+		t.Fatal("a/x dropped before 32 s")
+	}
+	q.expire(sec(33)) // sweeps the late ones whose place is spent
+	if q.revive("a/x", sec(40)) != nil {
+		t.Fatal("a/x took its place again 31 s after it first went late")
+	}
+	if first := q.first(1); len(first) != 1 || first[0].key != "b/y" {
+		t.Fatalf("first is %v, want b/y", first)
+	}
+}

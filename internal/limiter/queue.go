@@ -21,6 +21,9 @@ type entry struct {
 	// told is when the key was told to come back (the retry budget's queue: a key told a later time than its
 	// capacity comes is woken early, see destination.wakeups).
 	told time.Time
+	// lateSince is when the reservation first went late (zero: never). Its place is kept for lateKeep from then,
+	// however often it comes back and goes late again: a key that never uses its place loses it.
+	lateSince time.Time
 	// hidx is the index of the entry in the expiry heap.
 	hidx int
 }
@@ -56,7 +59,7 @@ type fairQueue struct {
 	// late holds the reservations whose key did not ask again before they expired, by key: they are not counted
 	// ahead of anyone, but a key that comes back takes its place again (revive), so that a key slower than the
 	// grace (a busy workqueue) is neither put at the back nor holding capacity for others meanwhile. Each is
-	// dropped lateKeep after it went late (its expires).
+	// dropped lateKeep after it first went late (its expires).
 	late      map[string]*entry
 	lateSweep time.Time
 }
@@ -240,13 +243,21 @@ func (q *fairQueue) setExpires(e *entry, t time.Time) {
 	heap.Fix(&q.exp, e.hidx)
 }
 
-// expire makes late every reservation that expired before now, and drops the late ones older than lateKeep (at
-// most once a second).
+// expire makes late every reservation that expired before now, and drops the late ones whose place is older
+// than lateKeep (at most once a second). A reservation's lateKeep counts from the first time it went late, not
+// the last: a key that comes back (revive), is told a new time and misses it again keeps its place only for what
+// is left of lateKeep, so no key holds the head of the queue indefinitely without being admitted.
 func (q *fairQueue) expire(now time.Time) {
 	for len(q.exp) > 0 && q.exp[0].expires.Before(now) {
 		e := q.exp[0]
 		q.remove(e)
-		e.expires = now.Add(lateKeep)
+		if e.lateSince.IsZero() {
+			e.lateSince = now
+		}
+		e.expires = e.lateSince.Add(lateKeep)
+		if !e.expires.After(now) {
+			continue // its place is spent
+		}
 		q.late[e.key] = e
 	}
 	if len(q.late) == 0 || now.Before(q.lateSweep) {

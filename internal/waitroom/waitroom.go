@@ -344,6 +344,7 @@ func (r *Room) Sooner(key types.NamespacedName, dest string, at time.Time) {
 	switch {
 	case !ok:
 		if s, marked := r.sooner[key]; !marked || s.dest != dest || at.Before(s.until) {
+			r.pruneSoonerLocked(at)
 			r.sooner[key] = place{dest: dest, until: at}
 		}
 		return
@@ -356,6 +357,26 @@ func (r *Room) Sooner(key types.NamespacedName, dest string, at time.Time) {
 	heap.Push(&r.timed, timed{until: at, key: key, seq: r.seq})
 	r.countLocked(p.dest, 1, 1)
 	r.armLocked()
+}
+
+// Marks of Sooner for keys that never park (the object went between its refusal and its park, and Leave came
+// before the mark) are dropped once soonerKeep older than the newest, when soonerPruneAt of them are held: a
+// mark is used within a reconcile of its making, so the map stays bounded without a timer.
+const (
+	soonerKeep    = time.Minute
+	soonerPruneAt = 1024
+)
+
+// pruneSoonerLocked drops the marks older than soonerKeep before at, when there are soonerPruneAt of them.
+func (r *Room) pruneSoonerLocked(at time.Time) {
+	if len(r.sooner) < soonerPruneAt {
+		return
+	}
+	for k, s := range r.sooner {
+		if s.until.Before(at.Add(-soonerKeep)) {
+			delete(r.sooner, k)
+		}
+	}
 }
 
 // Settle waits for the wakes already on their way (the timer fired, its wakes not yet all made): a test's clock

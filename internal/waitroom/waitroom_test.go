@@ -280,3 +280,27 @@ func TestSoonerMovesATimedWaitEarlier(t *testing.T) {
 		t.Fatalf("at 10 s: woken %s, want a2, b0, c0, e0, f0", got)
 	}
 }
+
+// Marks of Sooner for keys that never park (their object went between the refusal and the park) do not pile up:
+// once soonerPruneAt are held, those older than soonerKeep are dropped at the next mark.
+func TestSoonerMarksOfKeysThatNeverParkAreDropped(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	r, w := New(), &woken{}
+	r.Wakes(clk, w.wake)
+	for i := range soonerPruneAt {
+		r.Sooner(k("gone", i), "D/a", t0)
+	}
+	r.Sooner(k("fresh", 0), "D/a", t0.Add(30*time.Second)) // within soonerKeep: nothing dropped
+	if n := len(r.sooner); n != soonerPruneAt+1 {
+		t.Fatalf("%d marks at 30 s, want %d", n, soonerPruneAt+1)
+	}
+	r.Sooner(k("fresh", 1), "D/a", t0.Add(2*time.Minute))
+	if n := len(r.sooner); n != 1 {
+		t.Fatalf("%d marks at 2 min, want 1 (every mark older than a minute dropped)", n)
+	}
+	r.ParkUntil("D/a", k("fresh", 1), t0.Add(10*time.Minute)) // a kept mark is still used
+	if until, ok := r.Until(k("fresh", 1)); !ok || !until.Equal(t0.Add(2*time.Minute)) {
+		t.Errorf("fresh-1 waits until %v (%v), want its mark's 2 min", until, ok)
+	}
+}
