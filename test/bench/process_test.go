@@ -100,7 +100,7 @@ func startManager(t *testing.T, e *envtestutil.Env, bin, dir string, reconciles 
 		"--controller-namespace=default",
 		"--destination-allow-cidrs=127.0.0.1/32", // the destination listens on loopback, denied by default
 	}, extra...)
-	cmd := exec.CommandContext(context.Background(), bin, args...)
+	cmd := exec.CommandContext(context.Background(), bin, args...) //nolint:gosec // G702: the flags come from the bench itself and its user's BENCH_* environment
 	cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
