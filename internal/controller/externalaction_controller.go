@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -230,7 +231,6 @@ func (r *ExternalActionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			return ctrl.Result{}, err
 		}
 	}
-	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("externalaction", klog.KObj(xa)))
 	// Collection runs behind every waiting send (collect.go): each reconcile takes the turn a previous one handed
 	// it, whatever it goes on to do.
 	armed := r.parts.collector.take(nn)
@@ -514,6 +514,11 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(outputs.ActionOf), builder.OnlyMetadata).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(outputs.ActionOf), builder.OnlyMetadata).
 		Named("externalaction").
+		// Each reconcile's logger names the action once, as externalaction={name,namespace} (docs/concepts.md),
+		// with namespace and name: one WithValues per reconcile, where controller-runtime's default constructor
+		// adds the action twice more (its kind as a key, then namespace and name) and each With copies the encoder.
+		WithLogConstructor(actionLogger(mgr.GetLogger().WithValues("controller", "externalaction",
+			"controllerGroup", actionsv1alpha1.GroupVersion.Group, "controllerKind", "ExternalAction"))).
 		// The workers are shared by every namespace: each gets a fair share of them (internal/fairqueue), all of
 		// them alone, ContendedReconciles (half of them) while other namespaces have requests too, and
 		// DominantReconciles (an eighth) then for the one namespace that dominates the workers' recent time.
@@ -522,4 +527,15 @@ func (r *ExternalActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				o.Log = mgr.GetLogger().WithValues("controller", "externalaction")
 			})}).
 		Complete(r)
+}
+
+// actionLogger is the ExternalAction controller's LogConstructor: base with the request's action as
+// externalaction={name,namespace}, namespace and name, added in one WithValues.
+func actionLogger(base logr.Logger) func(*reconcile.Request) logr.Logger {
+	return func(req *reconcile.Request) logr.Logger {
+		if req == nil {
+			return base
+		}
+		return base.WithValues("externalaction", klog.KRef(req.Namespace, req.Name), "namespace", req.Namespace, "name", req.Name)
+	}
 }

@@ -10,11 +10,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	actionsv1alpha1 "github.com/actionledger/actionledger/api/v1alpha1"
 	"github.com/actionledger/actionledger/internal/expr"
@@ -46,9 +46,10 @@ func TestRecordLogsOutcomeAndPhaseChange(t *testing.T) {
 		Clock: clock.RealClock{}, Limiter: limiter.NewRegistry(), Exprs: expr.NewCache(16),
 		Dispatcher: &InlineDispatcher{Clock: clock.RealClock{}}}
 	var lines []string
-	// The reconcile's logger names the action (Reconcile's WithValues); each line must name it once.
-	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{}).
-		WithValues("externalaction", klog.KObj(xa)))
+	// The reconcile's logger names the action (the controller's LogConstructor, actionLogger, as controller-runtime
+	// calls it for a request); each line must name it once.
+	base := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+	ctx := log.IntoContext(context.Background(), actionLogger(base)(&reconcile.Request{NamespacedName: client.ObjectKeyFromObject(xa)}))
 	o := ledger.Outcome{Class: retry.ClassSuccess, StatusCode: 201, FinishedAt: now,
 		Response: &actionsv1alpha1.ResponseRecord{StatusCode: 201, Body: `{"token":"s3cr3t-body"}`,
 			Headers: map[string]string{"Location": "/charges/s3cr3t-header"}}}
@@ -61,7 +62,8 @@ func TestRecordLogsOutcomeAndPhaseChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := strings.Join(lines, "\n")
-	for _, want := range []string{`"msg"="attempt finished"`, `"attempt"=1`, `"destination"="Destination/shop/payments"`,
+	for _, want := range []string{`"msg"="attempt finished"`, `"externalaction"={"name"="invoice-7" "namespace"="shop"}`,
+		`"namespace"="shop"`, `"name"="invoice-7"`, `"attempt"=1`, `"destination"="Destination/shop/payments"`,
 		`"result"="Success"`, `"statusCode"=201`, `"duration"="2s"`,
 		`"msg"="phase changed"`, `"from"="InProgress"`, `"to"="Succeeded"`, `"reason"="Succeeded"`} {
 		if !strings.Contains(all, want) {
