@@ -285,8 +285,9 @@ func TestBenchmark(t *testing.T) {
 				claimless = fmt.Sprintf("; 2-write raw %.1f/s %v, ratio %.2f (raw per object: %v)", r.Raw2PerSecond, r.Raw2BeforeAfter,
 					r.RatioToRaw2, cpu)
 			}
-			t.Logf("destination %s, %d actions, %d reconciles, destination latency %d ms: %.1f actions/s, raw %.1f/s %v, ratio %.2f%s, p99 %.0f ms, writes %v, reconciles per action %.2f, CPU ms/action %v (raw per object: %v), load %s",
-				destLabel(kind, r.IdempotencyClaim), n, c, latMs, r.ActionsPerSecond, r.RawPerSecond, r.RawBeforeAfter, r.RatioToRaw, claimless, r.LatencyMs["p99"], r.Writes, r.ReconcilesPerAction, r.CPUms, r.RawCPUms, r.Load)
+			t.Logf("destination %s, %d actions, %d reconciles, destination latency %d ms: %.1f actions/s, raw %.1f/s %v, ratio %.2f%s, p99 %.0f ms, writes %v, reconciles per action %.2f, CPU ms/action %v (raw per object: %v), the ratio the CPU predicts %.2f, manager ÷ API server CPU %.3f, load %s",
+				destLabel(kind, r.IdempotencyClaim), n, c, latMs, r.ActionsPerSecond, r.RawPerSecond, r.RawBeforeAfter, r.RatioToRaw, claimless, r.LatencyMs["p99"], r.Writes, r.ReconcilesPerAction, r.CPUms, r.RawCPUms,
+				cpuRatio(r), r.CPUms.Manager/max(r.CPUms.APIServer, 1e-9), r.Load)
 			if r.Dispatcher != nil {
 				t.Logf("destination %s, destination latency %d ms: %v", kind, latMs, r.Dispatcher)
 			}

@@ -136,6 +136,11 @@ type LatencyRow struct {
 	// over min(it, maxInFlight / latency).
 	Raw2PerS float64 `json:"rawClaimlessObjectsPerSecond,omitempty"`
 	Ratio2   float64 `json:"ratioToClaimlessBound,omitempty"`
+	// CPURatio is the median of the runs' cpuRatio: the ratio their CPU figures predict on a machine that is
+	// busy in both runs. ManagerPerAPIServer is the median of the manager's CPU over the API server's in the same
+	// run: the manager's cost with the machine's speed of the moment divided out.
+	CPURatio            float64 `json:"cpuRatio,omitempty"`
+	ManagerPerAPIServer float64 `json:"managerCpuPerApiserverCpu,omitempty"`
 	// NoGapShare is the median of the runs' no-gap shares (runs with no eligible sample aside; absent: no run
 	// had one) and LongestGapSeconds the median of their longest gaps; Dispatcher holds each run's samples
 	// (issue 42 item 3; absent when the runs were not sampled).
@@ -159,7 +164,7 @@ func latencyRow(latencyMs, maxInFlight int, kind string, rs []Run) LatencyRow {
 		return LatencyRow{Destination: kind, DestLatencyMs: latencyMs, MaxInFlight: maxInFlight}
 	}
 	lat := time.Duration(latencyMs) * time.Millisecond
-	var tput, raw, bnd, ratio, ratio2, p50, p99, c409, cpu, api, rawAPI, share, longest []float64
+	var tput, raw, bnd, ratio, ratio2, p50, p99, c409, cpu, api, rawAPI, share, longest, cpuRatios, mgrShare []float64
 	var samples []*DispatcherSamples
 	for _, r := range rs {
 		if d := r.Dispatcher; d != nil {
@@ -179,6 +184,12 @@ func latencyRow(latencyMs, maxInFlight int, kind string, rs []Run) LatencyRow {
 		p50, p99 = append(p50, r.LatencyMs["p50"]), append(p99, r.LatencyMs["p99"])
 		c409, cpu = append(c409, r.Writes.ConflictsAll), append(cpu, r.CPUms.Manager)
 		api, rawAPI = append(api, r.CPUms.APIServer), append(rawAPI, r.RawCPUms.APIServer)
+		if c := cpuRatio(r); c > 0 {
+			cpuRatios = append(cpuRatios, c)
+		}
+		if r.CPUms.APIServer > 0 {
+			mgrShare = append(mgrShare, r.CPUms.Manager/r.CPUms.APIServer)
+		}
 	}
 	var noGap *float64
 	if len(share) > 0 {
@@ -190,7 +201,23 @@ func latencyRow(latencyMs, maxInFlight int, kind string, rs []Run) LatencyRow {
 		Ratio: median(ratio), P50Ms: median(p50), P99Ms: median(p99), ConflictsPerAction: median(c409), ManagerCPUms: median(cpu),
 		APIServerCPUms: median(api), RawAPIServerCPUms: median(rawAPI),
 		Raw2PerS: medianOf(rs, func(r Run) float64 { return r.Raw2PerSecond }), Ratio2: median(ratio2),
-		NoGapShare: noGap, LongestGapSeconds: median(longest), Dispatcher: samples}
+		NoGapShare: noGap, LongestGapSeconds: median(longest), Dispatcher: samples,
+		CPURatio: median(cpuRatios), ManagerPerAPIServer: median(mgrShare)}
+}
+
+// cpuRatio is the ratio r's CPU figures predict: the bare client's CPU per object over the manager run's per
+// action, every measured process summed (manager, kube-apiserver, etcd, this process); the claimless path's is
+// over its 2-write client. When the machine is busy through both runs (the bench's runs on 2 cores are), its
+// throughput is the cores over the CPU per action, so the measured ratio equals this one; 0 without figures.
+func cpuRatio(r Run) float64 {
+	raw := r.RawCPUms
+	if r.Raw2CPUms != nil {
+		raw = *r.Raw2CPUms
+	}
+	if run := r.CPUms.total(); run > 0 {
+		return raw.total() / run
+	}
+	return 0
 }
 
 // latencyTable renders rows as a markdown table for docs/benchmarks.md.
@@ -198,8 +225,8 @@ func latencyTable(rows []LatencyRow) string {
 	var b strings.Builder
 	b.WriteString("| destination | destination latency | actions | reconciles | maxInFlight | runs | actions/s | raw obj/s | bound/s | ratio to bound | " +
 		"2-write raw obj/s | ratio to 2-write bound | p50 ms | p99 ms | 409s per action | manager CPU ms per action | API server CPU ms per action (raw per object) | " +
-		"no-gap share (longest gap s) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"ratio the CPU predicts | manager CPU ÷ API server CPU | no-gap share (longest gap s) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		lat := "0"
 		if r.DestLatencyMs > 0 {
@@ -217,9 +244,10 @@ func latencyTable(rows []LatencyRow) string {
 		if len(r.Dispatcher) > 0 {
 			noGap = fmt.Sprintf("%s (%.2f)", fmtShare(r.NoGapShare), r.LongestGapSeconds)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %.1f | %.1f | %.1f | %.2f | %s | %s | %.0f | %.0f | %.3f | %.2f | %.2f (%.2f) | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %d | %.1f | %.1f | %.1f | %.2f | %s | %s | %.0f | %.0f | %.3f | %.2f | %.2f (%.2f) | %.2f | %.3f | %s |\n",
 			destLabel(r.Destination, r.IdempotencyClaim), lat, r.Actions, r.Reconciles, mif, r.Runs, r.ActionsPerS, r.RawPerS, r.BoundPerS, r.Ratio,
-			raw2, ratio2, r.P50Ms, r.P99Ms, r.ConflictsPerAction, r.ManagerCPUms, r.APIServerCPUms, r.RawAPIServerCPUms, noGap)
+			raw2, ratio2, r.P50Ms, r.P99Ms, r.ConflictsPerAction, r.ManagerCPUms, r.APIServerCPUms, r.RawAPIServerCPUms, r.CPURatio,
+			r.ManagerPerAPIServer, noGap)
 	}
 	return b.String()
 }
@@ -260,7 +288,7 @@ func TestDestLatencyKnobs(t *testing.T) {
 	r := latencyRow(200, 16, destUnsafe, runs)
 	if r.Runs != 2 || r.ActionsPerS != 50 || r.BoundPerS != 80 || r.Ratio != 0.625 || r.P99Ms != 500 ||
 		r.ConflictsPerAction != 0.3 || r.ManagerCPUms != 4 || r.APIServerCPUms != 11 || r.RawAPIServerCPUms != 8.5 || !r.Applied ||
-		r.Raw2PerS != 0 || r.Ratio2 != 0 {
+		r.Raw2PerS != 0 || r.Ratio2 != 0 || math.Abs(r.CPURatio-(8.0/13+9.0/17)/2) > 1e-9 || math.Abs(r.ManagerPerAPIServer-(0.3+5.0/12)/2) > 1e-9 {
 		t.Fatalf("latencyRow = %+v", r)
 	}
 	// The safe kind's 2-write bare client: its own bound, min(raw2, maxInFlight / latency).
@@ -271,7 +299,7 @@ func TestDestLatencyKnobs(t *testing.T) {
 	}
 	table := latencyTable([]LatencyRow{r, latencyRow(0, 256, destSafe, runs[:1])})
 	for _, want := range []string{
-		"| destination | destination latency |", "| unsafe | 200ms | 10 | 16 | 16 | 2 | 50.0 | 150.0 | 80.0 | 0.62 |  |  | 220 | 500 | 0.300 | 4.00 | 11.00 (8.50) |",
+		"| destination | destination latency |", "| unsafe | 200ms | 10 | 16 | 16 | 2 | 50.0 | 150.0 | 80.0 | 0.62 |  |  | 220 | 500 | 0.300 | 4.00 | 11.00 (8.50) | 0.57 | 0.358 |",
 		"| safe (no claim field) | 0 | 10 | 16 | 256 | 1 | 40.0 | 150.0 | 150.0 | 0.27 |",
 	} {
 		if !strings.Contains(table, want) {

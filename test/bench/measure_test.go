@@ -517,6 +517,9 @@ type CPU struct {
 	Bench     float64 `json:"benchProcess"`
 }
 
+// total is the CPU of every process of c together.
+func (c CPU) total() float64 { return c.Manager + c.APIServer + c.Etcd + c.Bench }
+
 // times is c with every process's figure multiplied by f.
 func (c CPU) times(f float64) CPU {
 	return CPU{Manager: c.Manager * f, APIServer: c.APIServer * f, Etcd: c.Etcd * f, Bench: c.Bench * f}
