@@ -23,7 +23,6 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"os"
 	"runtime/debug"
@@ -357,8 +356,9 @@ func setTenantBudgets(f *managerFlags, setupLog logr.Logger) bool {
 }
 
 // gcPercent is the garbage collector's target (GOGC) when the environment sets none: the heap may grow to three
-// times what is live between collections instead of twice, which halves the collections a busy manager makes
-// (docs/benchmarks.md). The soft memory limit set beside it keeps that growth inside the container.
+// times what is live between collections instead of twice, which halves the collections for a steady live heap
+// (what it saves of the manager's CPU, a few per cent at most, is in docs/benchmarks.md). The soft memory limit
+// set beside it keeps that growth inside the container.
 const gcPercent = 200
 
 // tuneGC sets the Go runtime's soft memory limit (GOMEMLIMIT) to 90 % of the container's memory limit (cgroup
@@ -372,10 +372,9 @@ func tuneGC(l logr.Logger) {
 		debug.SetGCPercent(gcPercent)
 		gogc = fmt.Sprint(gcPercent)
 	}
-	limit, err := memlimit.Set(memlimit.WithRatio(0.9), memlimit.WithProvider(memlimit.FromCgroup),
-		memlimit.WithLogger(slog.New(logr.ToSlogHandler(l.V(1)))))
-	if err != nil {
-		l.Error(err, "Reading the container's memory limit; GOMEMLIMIT is not set")
+	limit, err := memlimit.Set(memlimit.WithRatio(0.9), memlimit.WithProvider(memlimit.FromCgroup))
+	if err != nil { // not in a cgroup, or not on Linux: the runtime's default (no soft limit) stays
+		l.Info("Garbage collector: no container memory limit was read; GOMEMLIMIT is not set", "GOGC", gogc, "reason", err.Error())
 		return
 	}
 	l.Info("Garbage collector", "GOGC", gogc, "GOMEMLIMIT", limit)
