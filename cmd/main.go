@@ -374,7 +374,8 @@ func tuneGC(l logr.Logger) {
 	}
 	limit, err := memlimit.Set(memlimit.WithRatio(0.9), memlimit.WithProvider(memlimit.FromCgroup))
 	if err != nil { // not in a cgroup, or not on Linux: the runtime's default (no soft limit) stays
-		l.Info("Garbage collector: no container memory limit was read; GOMEMLIMIT is not set", "GOGC", gogc, "reason", err.Error())
+		l.Info("Garbage collector: no container memory limit was read; GOMEMLIMIT is not set",
+			"GOGC", gogc, "reason", err.Error())
 		return
 	}
 	l.Info("Garbage collector", "GOGC", gogc, "GOMEMLIMIT", limit)
